@@ -1,0 +1,66 @@
+"""Composition root: build the backend, collector and HTTP app from a Config and run them."""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiohttp import web
+
+from .backend import GpuBackend
+from .collector import Collector, CollectorOptions
+from .config import BUILTIN_SCENARIO, Config
+from .counters import CounterLine
+from .server import COLLECTOR_KEY, build_app
+
+log = logging.getLogger(__name__)
+
+
+def make_backend(config: Config) -> GpuBackend:
+    if config.simulate is None:
+        from .nvml import NvmlBackend
+
+        return NvmlBackend()
+    from .scenario import builtin_scenario, load_scenario
+    from .simulated import SimulatedBackend
+
+    scenario = (
+        builtin_scenario() if config.simulate == BUILTIN_SCENARIO
+        else load_scenario(Path(config.simulate))
+    )
+    return SimulatedBackend(scenario)
+
+
+async def _collector_task(app: web.Application) -> AsyncIterator[None]:
+    """The collection loop lives exactly as long as the app."""
+    task = asyncio.create_task(app[COLLECTOR_KEY].run(), name="collector")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def make_app(config: Config, counters: tuple[CounterLine, ...],
+             backend: GpuBackend | None = None) -> web.Application:
+    collector = Collector(
+        backend if backend is not None else make_backend(config),
+        CollectorOptions(
+            interval_seconds=config.interval_seconds,
+            hostname=config.hostname,
+            counters=counters,
+        ),
+    )
+    app = build_app(collector)
+    app.cleanup_ctx.append(_collector_task)
+    return app
+
+
+def run(config: Config, counters: tuple[CounterLine, ...],
+        backend: GpuBackend | None = None) -> None:
+    app = make_app(config, counters, backend)
+    where = f"{config.host or '0.0.0.0'}:{config.port}"
+    log.info("serving /metrics on %s (backend %s, every %d ms)", where,
+             app[COLLECTOR_KEY].backend.name, config.collect_interval_ms)
+    web.run_app(app, host=config.host, port=config.port, access_log=None, print=None,
+                shutdown_timeout=5.0)

@@ -1,0 +1,264 @@
+"""Command line and environment → Config; logging; exit codes.
+
+Flag names follow dcgm-exporter so copied DaemonSet manifests keep working. Each flag reads,
+in order: the command line, `GPU_ENRICHER_<FLAG_NAME>`, dcgm-exporter's own variable(s).
+dcgm-exporter flags we do not implement yet are accepted and log one warning when set.
+"""
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from . import __version__
+from .config import BUILTIN_SCENARIO, Config
+from .dcgm_flags import DCGM_EXPORTER_FLAGS, DcgmFlag
+
+log = logging.getLogger("gpu_enricher")
+
+EXIT_USAGE: Final = 2
+DEFAULT_ADDRESS: Final = ":9400"
+DEFAULT_INTERVAL_MS: Final = 5000
+MIN_INTERVAL_MS: Final = 100
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+
+
+class UsageError(Exception):
+    pass
+
+
+def default_counters_path() -> Path:
+    return Path(str(resources.files("gpu_enricher").joinpath("default-counters.csv")))
+
+
+def parse_address(text: str) -> tuple[str | None, int]:
+    """`:9400`, `0.0.0.0:9400`, `[::1]:9400`, `localhost:9400` → (host or None, port)."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"invalid address {text!r}: expected [HOST]:PORT, e.g. :9400")
+    host = host.strip("[]")
+    return (host or None), int(port_text)
+
+
+def parse_interval(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"invalid collect interval {text!r}: expected milliseconds") from None
+    if value < MIN_INTERVAL_MS:
+        raise UsageError(f"collect interval {value} ms is below the minimum {MIN_INTERVAL_MS} ms")
+    return value
+
+
+def parse_bool(text: str, name: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise UsageError(f"invalid boolean {text!r} for {name}: expected true or false")
+
+
+def parse_log_format(text: str) -> str:
+    if text not in ("text", "json"):
+        raise UsageError(f"invalid log format {text!r}: expected text or json")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A flag gpu-enricher implements."""
+
+    long: str
+    short: str | None
+    parse: Callable[[str], Any] | None  # None: a boolean switch
+    help: str
+    metavar: str | None = None
+
+
+def _dcgm(long: str) -> DcgmFlag | None:
+    return next((f for f in DCGM_EXPORTER_FLAGS if f.long == long), None)
+
+
+OPTIONS: Final = (
+    Option("address", "a", parse_address, f"address to serve on (default {DEFAULT_ADDRESS})",
+           "[HOST]:PORT"),
+    Option("collectors", "f", Path,
+           "counters CSV in dcgm-exporter's syntax (default: the bundled default-counters.csv)",
+           "PATH"),
+    Option("collect-interval", "c", parse_interval,
+           f"collection interval in milliseconds (default {DEFAULT_INTERVAL_MS})", "MS"),
+    Option("no-hostname", "n", None, "omit the Hostname label"),
+    Option("log-format", None, parse_log_format, "log format: text (default) or json",
+           "text|json"),
+    Option("debug", None, None, "log at debug level"),
+)
+IMPLEMENTED_LONG: Final = frozenset(o.long for o in OPTIONS) | {"simulate"}
+
+
+def env_names(long: str) -> tuple[str, ...]:
+    own = "GPU_ENRICHER_" + long.upper().replace("-", "_")
+    dcgm = _dcgm(long)
+    return (own, *(dcgm.env if dcgm else ()))
+
+
+def _env_help(long: str) -> str:
+    return " [env " + ", ".join(env_names(long)) + "]"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-enricher",
+        description="NVIDIA GPU metrics in dcgm-exporter's format, with Kubernetes pod labels.",
+        epilog="Flags read the environment when not given: GPU_ENRICHER_<FLAG_NAME> first, then "
+               "dcgm-exporter's variable; NODE_NAME sets the Hostname label. A bad value exits "
+               "with status 2.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpu-enricher {__version__}")
+    for opt in OPTIONS:
+        names = [f"-{opt.short}"] if opt.short else []
+        names.append(f"--{opt.long}")
+        if opt.parse is None:
+            parser.add_argument(*names, action="store_const", const="true", default=None,
+                                help=opt.help + _env_help(opt.long))
+        else:
+            parser.add_argument(*names, default=None, metavar=opt.metavar,
+                                help=opt.help + _env_help(opt.long))
+    parser.add_argument(
+        "--simulate", nargs="?", const=BUILTIN_SCENARIO, default=None, metavar="SCENARIO.yaml",
+        help="run on a simulated node: the built-in one, or one described by a YAML file "
+             "(docs/simulate.md); only this flag ever simulates" + _env_help("simulate"))
+    compat = parser.add_argument_group(
+        "dcgm-exporter compatibility",
+        "Accepted so that dcgm-exporter manifests keep working; not implemented yet: setting "
+        "one logs a warning and changes nothing.")
+    for flag in DCGM_EXPORTER_FLAGS:
+        if flag.long in IMPLEMENTED_LONG:
+            continue
+        names = ([f"-{flag.short}"] if flag.short else []) + [f"--{flag.long}"]
+        default_note = f" (dcgm-exporter default {flag.default!r})" if flag.default else ""
+        if flag.takes_value:
+            compat.add_argument(*names, default=None, metavar="VALUE",
+                                help=flag.help + default_note + _env_help(flag.long))
+        else:
+            compat.add_argument(*names, action="store_const", const="true", default=None,
+                                help=flag.help + _env_help(flag.long))
+    return parser
+
+
+def _value(args: argparse.Namespace, long: str, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The raw text of a flag and where it came from."""
+    given = getattr(args, long.replace("-", "_"))
+    if given is not None:
+        return given, f"--{long}"
+    for name in env_names(long):
+        if name in env:
+            return env[name], name
+    return None, ""
+
+
+def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
+    warnings = []
+    for flag in DCGM_EXPORTER_FLAGS:
+        if flag.long in IMPLEMENTED_LONG:
+            continue
+        raw, origin = _value(args, flag.long, env)
+        if raw is None:
+            continue
+        if not flag.takes_value and not parse_bool(raw, origin):
+            continue
+        if flag.takes_value and raw == flag.default:
+            continue
+        warnings.append(f"{origin}={raw!r} is a dcgm-exporter option that gpu-enricher does not "
+                        "implement yet; ignored")
+    return warnings
+
+
+def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, list[str]]:
+    """Flags + environment → Config and the warnings to log. Raises UsageError."""
+    args = build_parser().parse_args(argv)
+
+    def get(long: str, parse: Callable[[str], Any], default: Any) -> Any:
+        raw, _ = _value(args, long, env)
+        return default if raw is None else parse(raw)
+
+    def switch(long: str) -> bool:
+        raw, origin = _value(args, long, env)
+        return False if raw is None else parse_bool(raw, origin)
+
+    host, port = get("address", parse_address, (None, 9400))
+    no_hostname = switch("no-hostname")
+    hostname = None if no_hostname else (env.get("NODE_NAME") or socket.gethostname())
+    simulate, _ = _value(args, "simulate", env)
+    config = Config(
+        host=host,
+        port=port,
+        collectors=get("collectors", Path, default_counters_path()),
+        collect_interval_ms=get("collect-interval", parse_interval, DEFAULT_INTERVAL_MS),
+        hostname=hostname,
+        log_format=get("log-format", parse_log_format, "text"),
+        debug=switch("debug"),
+        simulate=simulate or None,
+    )
+    return config, _unimplemented_warnings(args, env)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def setup_logging(log_format: str, debug: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .counters import CountersFileError, load_counters
+    from .scenario import ScenarioError
+
+    try:
+        config, warnings = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+    except UsageError as exc:
+        print(f"gpu-enricher: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(config.log_format, config.debug)
+    for warning in warnings:
+        log.warning("%s", warning)
+    try:
+        counters = load_counters(config.collectors)
+        from .app import make_backend, run
+
+        backend = make_backend(config)
+    except (CountersFileError, ScenarioError) as exc:
+        print(f"gpu-enricher: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        run(config, counters, backend)
+    except OSError as exc:  # e.g. the port is taken
+        log.error("cannot serve on %s:%d: %s", config.host or "", config.port, exc)
+        return 1
+    return 0

@@ -1,0 +1,161 @@
+"""The collection cycle: sample the backend → join → render once → swap the bytes in.
+
+`/metrics` only reads `Collector.exposition`; it never waits on NVML. All blocking backend
+calls of a pass go to one dedicated worker thread in one hop.
+"""
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .backend import BackendUnavailable, GpuBackend
+from .counters import CounterLine, CounterPlan, plan_counters
+from .join import dcgm_families
+from .model import NodeSnapshot
+from .render import Exposition
+from .selfmetrics import SourceHealth, self_families
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorOptions:
+    interval_seconds: float
+    hostname: str | None
+    counters: tuple[CounterLine, ...]
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 60.0
+
+
+class Collector:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        options: CollectorOptions,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.backend = backend
+        self.options = options
+        self._wall_clock = wall_clock
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
+        self.plan: CounterPlan | None = None
+        self.snapshot: NodeSnapshot | None = None
+        self.ready = False
+        self.last_heartbeat = time.monotonic()
+        self._opened = False
+        self._backend_error: str | None = None
+        self._collections = 0
+        self._errors: Counter[str] = Counter()
+        self._last_duration: float | None = None
+        self._last_success: float | None = None
+        self.exposition = self._render()
+
+    # -- state -------------------------------------------------------------------------
+    def health(self) -> dict[str, SourceHealth]:
+        return {
+            self.backend.name: SourceHealth(
+                up=self._opened and self._backend_error is None,
+                collections=self._collections,
+                errors=dict(self._errors),
+                last_duration_seconds=self._last_duration,
+                last_success_timestamp=self._last_success,
+            )
+        }
+
+    def _render(self) -> Exposition:
+        families = []
+        if self.snapshot is not None and self.plan is not None:
+            families = dcgm_families(self.snapshot, self.plan, self.options.hostname)
+        families += self_families(
+            self.snapshot, self.health(), self.options.hostname, self.backend.name
+        )
+        return Exposition.from_families(families)
+
+    # -- backend lifecycle ---------------------------------------------------------------
+    async def _call(self, fn: Callable[[], object]) -> object:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def open_backend(self) -> None:
+        """Open the backend, retrying with capped exponential backoff and jitter."""
+        delay = self.options.retry_initial_seconds
+        while True:
+            self.last_heartbeat = time.monotonic()
+            try:
+                await self._call(self.backend.open)
+            except BackendUnavailable as exc:
+                self._errors[exc.reason] += 1
+                if self._backend_error != exc.message:  # log on change, not on every retry
+                    log.error("%s backend unavailable, retrying with backoff up to %.0fs: %s",
+                              self.backend.name, self.options.retry_max_seconds, exc.message)
+                self._backend_error = exc.message
+                self.exposition = self._render()
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, self.options.retry_max_seconds)
+                continue
+            if self._backend_error is not None:
+                log.warning("%s backend available again", self.backend.name)
+            self._backend_error = None
+            self._opened = True
+            break
+        plan, warnings = plan_counters(
+            self.options.counters, self.backend.deliverable_fields(), self.backend.name
+        )
+        for warning in warnings:
+            log.warning("%s", warning)
+        self.plan = plan
+        log.info("collecting %d metric fields and %d label fields from the %s backend",
+                 len(plan.metrics), len(plan.label_fields), self.backend.name)
+
+    async def collect_once(self) -> None:
+        assert self.plan is not None
+        fields = self.plan.sampled_fields
+        started = time.perf_counter()
+        snapshot = await self._call(lambda: self.backend.sample(fields))
+        assert isinstance(snapshot, NodeSnapshot)
+        for error in snapshot.errors:
+            self._errors[error.reason] += 1
+        self._report_gpu_changes(snapshot)
+        self.snapshot = snapshot
+        self._collections += 1
+        self._last_success = self._wall_clock()
+        self._last_duration = time.perf_counter() - started
+        self.exposition = self._render()
+        self.ready = True
+
+    def _report_gpu_changes(self, snapshot: NodeSnapshot) -> None:
+        before = {g.identity.index: g.healthy for g in self.snapshot.gpus} if self.snapshot else {}
+        for gpu in snapshot.gpus:
+            was = before.get(gpu.identity.index, True)
+            if was and not gpu.healthy:
+                log.error("GPU %d (%s) stopped answering: %s", gpu.identity.index,
+                          gpu.identity.uuid or "uuid unknown", gpu.error)
+            elif not was and gpu.healthy:
+                log.warning("GPU %d (%s) answers again", gpu.identity.index, gpu.identity.uuid)
+
+    async def run(self) -> None:
+        """Open the backend, then collect at a fixed rate, skipping slots a slow pass missed."""
+        try:
+            await self.open_backend()
+            interval = self.options.interval_seconds
+            next_due = time.monotonic()
+            while True:
+                self.last_heartbeat = time.monotonic()
+                try:
+                    await self.collect_once()
+                except Exception:  # a bug in one pass must not end collection for good
+                    log.exception("collection pass failed")
+                    self._errors["internal"] += 1
+                now = time.monotonic()
+                next_due += interval
+                if next_due < now:
+                    next_due = now + interval - ((now - next_due) % interval)
+                await asyncio.sleep(next_due - now)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.close)
+            self._executor.shutdown(wait=False)

@@ -1,0 +1,137 @@
+"""dcgm-exporter's counters CSV (`-f/--collectors`): parsing and the plan built from it.
+
+Syntax (dcgm-compat.md): `FIELD, type, help` per line, real CSV quoting, `#` comment lines,
+blank lines. Parsing is pure: `parse_counters(text, path)`; only `load_counters` reads a file.
+"""
+
+import csv
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from .dcgm_catalog import is_known_field
+from .fields import IMPLEMENTED, ValueFormat
+
+PROM_TYPES: Final = ("gauge", "counter", "histogram", "summary", "label")
+
+
+class CountersFileError(ValueError):
+    """A counters file that must stop startup; the message names file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class CounterLine:
+    field: str
+    prom_type: str
+    help: str
+    path: str
+    line_no: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line_no}"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricField:
+    name: str
+    prom_type: str
+    help: str
+
+
+@dataclass(frozen=True, slots=True)
+class CounterPlan:
+    """What each pass samples and each render prints."""
+
+    metrics: tuple[MetricField, ...]
+    label_fields: tuple[str, ...]  # sorted: dcgm-exporter's label order
+
+    @property
+    def sampled_fields(self) -> frozenset[str]:
+        return frozenset(m.name for m in self.metrics) | frozenset(self.label_fields)
+
+
+def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
+    """Parse a counters file; raise CountersFileError naming `path:line` on the first error."""
+    lines: list[CounterLine] = []
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        where = f"{path}:{line_no}"
+        try:
+            records = list(csv.reader([stripped], skipinitialspace=True, strict=True))
+        except csv.Error as exc:
+            raise CountersFileError(f"{where}: malformed CSV ({exc}): {stripped!r}") from None
+        cells = [cell.strip() for cell in records[0]] if records else []
+        if len(cells) != 3:
+            raise CountersFileError(
+                f"{where}: expected 3 comma-separated values 'FIELD, type, help', "
+                f"got {len(cells)}: {stripped!r} (quote a help text that contains a comma)"
+            )
+        field, prom_type, help_text = cells
+        if not field:
+            raise CountersFileError(f"{where}: empty field name")
+        prom_type = prom_type.lower()
+        if prom_type not in PROM_TYPES:
+            raise CountersFileError(
+                f"{where}: unknown metric type {cells[1]!r} for {field} "
+                f"(expected one of: {', '.join(PROM_TYPES)})"
+            )
+        if not is_known_field(field):
+            raise CountersFileError(
+                f"{where}: unknown field {field!r}: not a DCGM_FI_* or DCGM_EXP_* field "
+                "that dcgm-exporter knows"
+            )
+        lines.append(CounterLine(field, prom_type, help_text, path, line_no))
+    return tuple(lines)
+
+
+def load_counters(path: Path) -> tuple[CounterLine, ...]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CountersFileError(f"{path}: cannot read counters file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise CountersFileError(f"{path}: not UTF-8 text: {exc.reason}") from None
+    return parse_counters(text, str(path))
+
+
+def plan_counters(
+    lines: Iterable[CounterLine], deliverable: Collection[str], backend_name: str
+) -> tuple[CounterPlan, tuple[str, ...]]:
+    """Keep the lines this backend can deliver; return the plan and one warning per skip."""
+    warnings: list[str] = []
+    metrics: list[MetricField] = []
+    labels: set[str] = set()
+    seen: dict[str, str] = {}
+    for line in lines:
+        spec = IMPLEMENTED.get(line.field)
+        if line.field in seen:
+            warnings.append(
+                f"{line.where}: {line.field} already listed at {seen[line.field]}; skipped"
+            )
+            continue
+        if spec is None:
+            warnings.append(
+                f"{line.where}: {line.field} is a dcgm-exporter field that gpu-enricher does "
+                "not implement yet; skipped"
+            )
+        elif line.field not in deliverable:
+            warnings.append(
+                f"{line.where}: {line.field} cannot be delivered by the {backend_name} backend "
+                "on this host; skipped"
+            )
+        elif line.prom_type == "label":
+            labels.add(line.field)
+            seen[line.field] = line.where
+        elif spec.fmt is ValueFormat.TEXT:
+            warnings.append(
+                f"{line.where}: {line.field} is text and can only be a 'label' field, "
+                f"not {line.prom_type!r}; skipped"
+            )
+        else:
+            metrics.append(MetricField(line.field, line.prom_type, line.help))
+            seen[line.field] = line.where
+    return CounterPlan(tuple(metrics), tuple(sorted(labels))), tuple(warnings)

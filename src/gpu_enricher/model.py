@@ -1,0 +1,78 @@
+"""Immutable snapshots that flow from the sources through the join into the renderer.
+
+A collection cycle produces new objects; nothing here is ever mutated in place, so the
+HTTP handlers can read whatever snapshot is current without locks.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+FieldValue = int | float | str
+"""An exported value in dcgm-exporter's unit: int (plain), float (six decimals) or text."""
+
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceIdentity:
+    """What names a physical GPU in every series: NVML index, UUID, PCI bus id, model."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+    model_name: str
+    minor_number: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInstance:
+    """A MIG GPU instance (with its compute instance) of a parent GPU."""
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    """Profile name as dcgm-exporter prints it, e.g. `1g.10gb` (NVML's `MIG 1g.10gb`)."""
+    uuid: str
+    """The MIG device UUID, `MIG-…`; series carry the parent's UUID, this one is for matching."""
+    values: Mapping[str, FieldValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    pid: int
+    used_memory_bytes: int | None
+    gpu_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSnapshot:
+    """One GPU in one collection pass.
+
+    `healthy` is False when the GPU's queries failed as a whole (lost, unknown error): its
+    values are then empty and only `gpu_enricher_gpu_up` reports it.
+    """
+
+    identity: DeviceIdentity
+    healthy: bool = True
+    error: str | None = None
+    values: Mapping[str, FieldValue] = field(default_factory=dict)
+    mig_enabled: bool = False
+    instances: tuple[GpuInstance, ...] = ()
+    processes: tuple[ProcessSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SampleError:
+    """One failed query in a pass, counted by the collector's self-metrics."""
+
+    source: str
+    reason: str
+    gpu_index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """Everything one backend pass saw on this node."""
+
+    gpus: tuple[GpuSnapshot, ...]
+    driver_version: str = ""
+    errors: tuple[SampleError, ...] = field(default=())

@@ -1,0 +1,217 @@
+"""The simulated node's description: the built-in demo node and `--simulate FILE.yaml`.
+
+Parsing is pure (`parse_scenario` takes the decoded YAML); errors name the file and the key.
+The format is documented in docs/simulate.md.
+"""
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+Range = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class SimProcess:
+    pid: int
+    used_memory_mib: int
+    gpu_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SimInstance:
+    gpu_instance_id: int
+    profile: str
+    memory_mib: int
+    memory_used_mib: Range = (0.0, 0.0)
+    activity: Range = (0.0, 0.0)  # ratio 0..1 that drives the profiling fields
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpu:
+    index: int
+    model: str
+    uuid: str
+    pci_bus_id: str
+    memory_mib: int = 81559
+    utilization: Range = (0.0, 0.0)  # percent
+    memory_used_mib: Range = (0.0, 0.0)
+    power_watts: Range = (60.0, 70.0)
+    temperature: Range = (30.0, 35.0)
+    sm_clock_mhz: Range = (1410.0, 1410.0)
+    mem_clock_mhz: int = 2619
+    lost: bool = False
+    instances: tuple[SimInstance, ...] = ()
+    processes: tuple[SimProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    gpus: tuple[SimGpu, ...]
+    seed: int = 1
+    driver_version: str = "580.105.08"
+    period_seconds: float = 120.0  # one load wave: slow enough to look like real work
+    extra: Mapping[str, Any] = field(default_factory=dict)  # sections later stages read
+
+
+def default_uuid(seed: int, index: int) -> str:
+    digest = hashlib.sha256(f"gpu-enricher-sim:{seed}:{index}".encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def _range(raw: Any, where: str) -> Range:
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return (float(raw), float(raw))
+    if (isinstance(raw, list) and len(raw) == 2
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw)):
+        low, high = float(raw[0]), float(raw[1])
+        if low <= high:
+            return (low, high)
+    raise ScenarioError(f"{where}: expected a number or [low, high] with low <= high, got {raw!r}")
+
+
+def _int(raw: Any, where: str) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        return raw
+    raise ScenarioError(f"{where}: expected a non-negative integer, got {raw!r}")
+
+
+_GPU_KEYS: Final = frozenset({
+    "model", "uuid", "pci_bus_id", "memory_mib", "utilization", "memory_used_mib",
+    "power_watts", "temperature", "sm_clock_mhz", "mem_clock_mhz", "lost", "mig", "processes",
+})
+
+
+def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ScenarioError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def _gpu(raw: Any, index: int, seed: int, where: str) -> SimGpu:
+    spec = _mapping(raw, where)
+    unknown = set(spec) - _GPU_KEYS
+    if unknown:
+        raise ScenarioError(f"{where}: unknown keys {sorted(unknown)}")
+    instances = tuple(
+        SimInstance(
+            gpu_instance_id=_int(m.get("gi", n + 1), f"{where}.mig[{n}].gi"),
+            profile=str(m.get("profile", "")) or _missing(f"{where}.mig[{n}].profile"),
+            memory_mib=_int(m.get("memory_mib", 9984), f"{where}.mig[{n}].memory_mib"),
+            memory_used_mib=_range(m.get("memory_used_mib", 0), f"{where}.mig[{n}].memory_used_mib"),
+            activity=_range(m.get("activity", 0), f"{where}.mig[{n}].activity"),
+        )
+        for n, m in enumerate(_mapping(x, f"{where}.mig[{i}]") for i, x in enumerate(
+            spec.get("mig") or []))
+    )
+    processes = tuple(
+        SimProcess(
+            pid=_int(p.get("pid"), f"{where}.processes[{n}].pid"),
+            used_memory_mib=_int(p.get("used_memory_mib", 0),
+                                 f"{where}.processes[{n}].used_memory_mib"),
+            gpu_instance_id=p.get("gi"),
+        )
+        for n, p in enumerate(_mapping(x, f"{where}.processes[{i}]") for i, x in enumerate(
+            spec.get("processes") or []))
+    )
+    return SimGpu(
+        index=index,
+        model=str(spec.get("model", "NVIDIA H100 80GB HBM3")),
+        uuid=str(spec.get("uuid") or default_uuid(seed, index)),
+        pci_bus_id=str(spec.get("pci_bus_id") or f"00000000:{0x18 + 0x10 * index:02X}:00.0"),
+        memory_mib=_int(spec.get("memory_mib", 81559), f"{where}.memory_mib"),
+        utilization=_range(spec.get("utilization", 0), f"{where}.utilization"),
+        memory_used_mib=_range(spec.get("memory_used_mib", 0), f"{where}.memory_used_mib"),
+        power_watts=_range(spec.get("power_watts", [60, 70]), f"{where}.power_watts"),
+        temperature=_range(spec.get("temperature", [30, 35]), f"{where}.temperature"),
+        sm_clock_mhz=_range(spec.get("sm_clock_mhz", 1410), f"{where}.sm_clock_mhz"),
+        mem_clock_mhz=_int(spec.get("mem_clock_mhz", 2619), f"{where}.mem_clock_mhz"),
+        lost=bool(spec.get("lost", False)),
+        instances=instances,
+        processes=processes,
+    )
+
+
+def _missing(where: str) -> str:
+    raise ScenarioError(f"{where}: required")
+
+
+def parse_scenario(raw: Any, path: str) -> Scenario:
+    top = _mapping(raw, path)
+    seed = _int(top.get("seed", 1), f"{path}: seed")
+    gpus_raw = top.get("gpus")
+    if not isinstance(gpus_raw, list) or not gpus_raw:
+        raise ScenarioError(f"{path}: gpus: expected a non-empty list")
+    gpus = tuple(_gpu(g, i, seed, f"{path}: gpus[{i}]") for i, g in enumerate(gpus_raw))
+    period = _range(top.get("period_seconds", 120), f"{path}: period_seconds")[0]
+    if period <= 0:
+        raise ScenarioError(f"{path}: period_seconds: must be positive")
+    known = {"seed", "gpus", "driver_version", "period_seconds"}
+    return Scenario(
+        gpus=gpus,
+        seed=seed,
+        driver_version=str(top.get("driver_version", "580.105.08")),
+        period_seconds=period,
+        extra={k: v for k, v in top.items() if k not in known},
+    )
+
+
+def load_scenario(path: Path) -> Scenario:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: invalid YAML: {exc}") from None
+    return parse_scenario(raw, str(path))
+
+
+BUILTIN_SCENARIO: Final = """
+# The built-in demo node: an H100 at work, two A100s (one in MIG mode), one idle GPU.
+seed: 7
+gpus:
+  - model: NVIDIA H100 80GB HBM3
+    utilization: [55, 98]
+    memory_used_mib: [52000, 71000]
+    power_watts: [310, 640]
+    temperature: [52, 74]
+    sm_clock_mhz: [1755, 1980]
+    processes: [{pid: 4101, used_memory_mib: 61440}]
+  - model: NVIDIA A100-SXM4-80GB
+    utilization: [20, 60]
+    memory_used_mib: [18000, 30000]
+    power_watts: [140, 290]
+    temperature: [40, 58]
+    sm_clock_mhz: [1275, 1410]
+    processes: [{pid: 4202, used_memory_mib: 24576}, {pid: 4203, used_memory_mib: 2048}]
+  - model: NVIDIA A100-SXM4-80GB
+    power_watts: [90, 160]
+    temperature: [36, 49]
+    sm_clock_mhz: [1410, 1410]
+    mig:
+      - {gi: 1, profile: 3g.40gb, memory_mib: 40192, memory_used_mib: [8000, 30000],
+         activity: [0.3, 0.9]}
+      - {gi: 2, profile: 2g.20gb, memory_mib: 19968, memory_used_mib: [1000, 4000],
+         activity: [0.05, 0.25]}
+      - {gi: 5, profile: 1g.10gb, memory_mib: 9856, memory_used_mib: 0, activity: 0}
+    processes: [{pid: 4301, used_memory_mib: 20480, gi: 1}]
+  - model: NVIDIA L4
+    memory_mib: 23034
+    power_watts: [15, 17]
+    temperature: [28, 31]
+    sm_clock_mhz: 210
+    mem_clock_mhz: 405
+"""
+
+
+def builtin_scenario() -> Scenario:
+    return parse_scenario(yaml.safe_load(BUILTIN_SCENARIO), "<built-in scenario>")

@@ -1,0 +1,102 @@
+"""HTTP endpoints. `/metrics` hands out the collector's pre-rendered bytes and nothing else."""
+
+import html
+import time
+from typing import Final
+
+from aiohttp import web
+
+from . import __version__
+from .collector import Collector
+from .render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+
+COLLECTOR_KEY: Final = web.AppKey("collector", Collector)
+
+# One prepared header set per (openmetrics, gzip) variant: nothing is built per scrape.
+_HEADERS: Final = {
+    (om, gz): {
+        "Content-Type": OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE,
+        "Vary": "Accept, Accept-Encoding",
+        **({"Content-Encoding": "gzip"} if gz else {}),
+    }
+    for om in (False, True)
+    for gz in (False, True)
+}
+
+
+def wants_openmetrics(accept: str) -> bool:
+    return "application/openmetrics-text" in accept
+
+
+def wants_gzip(accept_encoding: str) -> bool:
+    """True when gzip is acceptable; `gzip;q=0` refuses it."""
+    if "gzip" not in accept_encoding:
+        return False
+    for part in accept_encoding.split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() == "gzip":
+            q = params.strip().replace(" ", "")
+            return q not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
+
+
+def stall_limit_seconds(collector: Collector) -> float:
+    """How long the loop may go without a heartbeat before /health fails (a hung driver)."""
+    return max(60.0, 10 * collector.options.interval_seconds)
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    headers = request.headers
+    om = wants_openmetrics(headers.get("Accept", ""))
+    gz = wants_gzip(headers.get("Accept-Encoding", ""))
+    body = request.app[COLLECTOR_KEY].exposition.body(openmetrics=om, gzipped=gz)
+    return web.Response(body=body, headers=_HEADERS[om, gz])
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    collector = request.app[COLLECTOR_KEY]
+    age = time.monotonic() - collector.last_heartbeat
+    if age > stall_limit_seconds(collector):
+        return web.Response(status=503, text=f"collection loop stalled for {age:.0f}s\n")
+    return web.Response(text="ok\n")
+
+
+async def handle_ready(request: web.Request) -> web.Response:
+    collector = request.app[COLLECTOR_KEY]
+    if collector.ready:
+        return web.Response(text="ready\n")
+    source = collector.backend.name
+    up = collector.health()[source]
+    why = "waiting for the first collection pass"
+    if not up.up and collector.plan is None:
+        why = f"{source} backend unavailable, retrying"
+    return web.Response(status=503, text=f"not ready: {why}\n")
+
+
+async def handle_index(request: web.Request) -> web.Response:
+    collector = request.app[COLLECTOR_KEY]
+    state = "ready" if collector.ready else "not ready"
+    page = f"""<!doctype html>
+<html><head><title>gpu-enricher</title></head>
+<body>
+<h1>gpu-enricher {html.escape(__version__)}</h1>
+<p>Backend: {html.escape(collector.backend.name)} ({state}).</p>
+<ul>
+<li><a href="metrics">/metrics</a>: GPU metrics in dcgm-exporter's format</li>
+<li><a href="health">/health</a>: liveness</li>
+<li><a href="ready">/ready</a>: readiness (first collection pass done)</li>
+</ul>
+</body></html>
+"""
+    return web.Response(text=page, content_type="text/html")
+
+
+def build_app(collector: Collector) -> web.Application:
+    app = web.Application()
+    app[COLLECTOR_KEY] = collector
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/health", handle_health)
+    app.router.add_get("/healthz", handle_health)
+    app.router.add_get("/ready", handle_ready)
+    app.router.add_get("/", handle_index)
+    return app

@@ -1,0 +1,161 @@
+"""The simulated node: the same `GpuBackend` interface as NVML, values from a scenario.
+
+Values move over time so dashboards show life, deterministically: every value is a
+function of (seed, GPU, field, elapsed seconds), so a test that fixes the clock gets the
+same numbers every run.
+"""
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+
+from .fields import IMPLEMENTED
+from .model import (
+    DeviceIdentity,
+    FieldValue,
+    GpuInstance,
+    GpuSnapshot,
+    NodeSnapshot,
+    ProcessSample,
+    SampleError,
+)
+from .scenario import Range, Scenario, SimGpu, SimInstance
+
+MIB = 1 << 20
+
+
+class SimulatedBackend:
+    name = "simulated"
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic) -> None:
+        self.scenario = scenario
+        self._clock = clock
+        self._start = clock()
+
+    def open(self) -> None:
+        self._start = self._clock()
+
+    def close(self) -> None:
+        pass
+
+    def deliverable_fields(self) -> frozenset[str]:
+        return frozenset(IMPLEMENTED)
+
+    def _phase(self, *key: object) -> float:
+        digest = hashlib.blake2b(repr((self.scenario.seed, *key)).encode(), digest_size=8)
+        return int.from_bytes(digest.digest()) / 2**64
+
+    def _load(self, t: float, *key: object) -> float:
+        """0..1: a slow wave with a seeded phase plus a little seeded per-second jitter."""
+        omega = 2 * math.pi / self.scenario.period_seconds
+        wave = 0.5 + 0.5 * math.sin(omega * t + 2 * math.pi * self._phase(*key))
+        jitter = self._phase(*key, int(t)) - 0.5
+        return min(1.0, max(0.0, 0.9 * wave + 0.2 * jitter + 0.05))
+
+    @staticmethod
+    def _within(bounds: Range, load: float) -> float:
+        low, high = bounds
+        return low + (high - low) * load
+
+    def _energy_mj(self, gpu: SimGpu, t: float) -> int:
+        # The integral of the mean power: monotonic, as the real counter is.
+        low, high = gpu.power_watts
+        return int(1_000_000 * (gpu.index + 1) + 1000 * t * (low + high) / 2)
+
+    def sample(self, fields: frozenset[str]) -> NodeSnapshot:
+        t = self._clock() - self._start
+        gpus: list[GpuSnapshot] = []
+        errors: list[SampleError] = []
+        for gpu in self.scenario.gpus:
+            snap = self._gpu(gpu, t, fields)
+            if not snap.healthy:
+                errors.append(SampleError(self.name, "GpuIsLost", gpu.index))
+            gpus.append(snap)
+        return NodeSnapshot(tuple(gpus), self.scenario.driver_version, tuple(errors))
+
+    def _gpu(self, gpu: SimGpu, t: float, fields: frozenset[str]) -> GpuSnapshot:
+        ident = DeviceIdentity(gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.model, gpu.index)
+        if gpu.lost:
+            return GpuSnapshot(ident, healthy=False, error="simulated: GPU is lost")
+        load = self._load(t, gpu.index)
+        util = round(self._within(gpu.utilization, load))
+        used = round(self._within(gpu.memory_used_mib, self._load(t, gpu.index, "fb")))
+        reserved = max(1, gpu.memory_mib // 160)
+        busy = util / 100
+        values: dict[str, FieldValue] = {
+            "DCGM_FI_DRIVER_VERSION": self.scenario.driver_version,
+            "DCGM_FI_NVML_VERSION": f"13.{self.scenario.driver_version}",
+            "DCGM_FI_DEV_SERIAL": f"{1650924000000 + gpu.index}",
+            "DCGM_FI_DEV_VBIOS_VERSION": "96.00.89.00.01",
+            "DCGM_FI_DEV_GPU_UTIL": util,
+            "DCGM_FI_DEV_MEM_COPY_UTIL": round(util * 0.6),
+            "DCGM_FI_DEV_ENC_UTIL": 0,
+            "DCGM_FI_DEV_DEC_UTIL": 0,
+            "DCGM_FI_DEV_FB_TOTAL": gpu.memory_mib,
+            "DCGM_FI_DEV_FB_RESERVED": reserved,
+            "DCGM_FI_DEV_FB_USED": used,
+            "DCGM_FI_DEV_FB_FREE": max(0, gpu.memory_mib - reserved - used),
+            "DCGM_FI_DEV_POWER_USAGE": round(self._within(gpu.power_watts, load), 3),
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": self._energy_mj(gpu, t),
+            "DCGM_FI_DEV_SM_CLOCK": round(self._within(gpu.sm_clock_mhz, load)),
+            "DCGM_FI_DEV_MEM_CLOCK": gpu.mem_clock_mhz,
+            "DCGM_FI_DEV_GPU_TEMP": round(self._within(gpu.temperature, load)),
+            "DCGM_FI_DEV_MEMORY_TEMP": round(self._within(gpu.temperature, load)) + 6,
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 0,
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 0,
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0,
+            "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": 0,
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 0,
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+            **self._profiling(busy, t, gpu.index),
+        }
+        instances = tuple(self._instance(gpu, inst, t, fields) for inst in gpu.instances)
+        processes = tuple(
+            ProcessSample(p.pid, p.used_memory_mib * MIB, p.gpu_instance_id)
+            for p in gpu.processes
+        )
+        return GpuSnapshot(
+            ident,
+            values={k: v for k, v in values.items() if k in fields},
+            mig_enabled=bool(instances),
+            instances=instances,
+            processes=processes,
+        )
+
+    def _profiling(self, busy: float, t: float, *key: object) -> dict[str, FieldValue]:
+        jitter = self._load(t, *key, "prof")
+        return {
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": round(busy, 6),
+            "DCGM_FI_PROF_SM_ACTIVE": round(busy * 0.92, 6),
+            "DCGM_FI_PROF_SM_OCCUPANCY": round(busy * 0.55, 6),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": round(busy * (0.35 + 0.3 * jitter), 6),
+            "DCGM_FI_PROF_DRAM_ACTIVE": round(busy * (0.25 + 0.3 * jitter), 6),
+            "DCGM_FI_PROF_PIPE_FP64_ACTIVE": 0.0,
+            "DCGM_FI_PROF_PIPE_FP32_ACTIVE": round(busy * 0.2, 6),
+            "DCGM_FI_PROF_PIPE_FP16_ACTIVE": round(busy * 0.15 * jitter, 6),
+            "DCGM_FI_PROF_PCIE_TX_BYTES": round(busy * 2.1e9 * jitter, 1),
+            "DCGM_FI_PROF_PCIE_RX_BYTES": round(busy * 3.4e9 * jitter, 1),
+        }
+
+    def _instance(
+        self, gpu: SimGpu, inst: SimInstance, t: float, fields: frozenset[str]
+    ) -> GpuInstance:
+        key = (gpu.index, "gi", inst.gpu_instance_id)
+        used = round(self._within(inst.memory_used_mib, self._load(t, *key, "fb")))
+        busy = self._within(inst.activity, self._load(t, *key))
+        values: dict[str, FieldValue] = {
+            "DCGM_FI_DEV_FB_TOTAL": inst.memory_mib,
+            "DCGM_FI_DEV_FB_RESERVED": 0,
+            "DCGM_FI_DEV_FB_USED": used,
+            "DCGM_FI_DEV_FB_FREE": max(0, inst.memory_mib - used),
+            **self._profiling(busy, t, *key),
+        }
+        suffix = gpu.uuid.removeprefix("GPU-")
+        mig_uuid = f"MIG-{suffix[:-4]}{inst.gpu_instance_id:04x}"
+        return GpuInstance(
+            inst.gpu_instance_id, 0, inst.profile, mig_uuid,
+            {k: v for k, v in values.items() if k in fields},
+        )
