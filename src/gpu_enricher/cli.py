@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Accepted so that dcgm-exporter manifests keep working; not implemented yet: setting "
         "one logs a warning and changes nothing.")
     for flag in DCGM_EXPORTER_FLAGS:
-        if flag.long in IMPLEMENTED_LONG:
+        if flag.long in IMPLEMENTED_LONG or flag.long in ("help", "version"):
             continue
         names = ([f"-{flag.short}"] if flag.short else []) + [f"--{flag.long}"]
         default_note = f" (dcgm-exporter default {flag.default!r})" if flag.default else ""
@@ -168,7 +168,7 @@ def _value(args: argparse.Namespace, long: str, env: Mapping[str, str]) -> tuple
 def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
     warnings = []
     for flag in DCGM_EXPORTER_FLAGS:
-        if flag.long in IMPLEMENTED_LONG:
+        if flag.long in IMPLEMENTED_LONG or flag.long in ("help", "version"):
             continue
         raw, origin = _value(args, flag.long, env)
         if raw is None:

@@ -202,7 +202,9 @@ class NvmlBackend:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            raise BackendUnavailable(error_reason(exc), f"NVML initialisation failed: {exc}")
+            raise BackendUnavailable(
+                error_reason(exc), f"NVML initialisation failed: {exc}"
+            ) from None
         self._open = True
         self._system.clear()
 

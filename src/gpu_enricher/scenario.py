@@ -103,25 +103,11 @@ def _gpu(raw: Any, index: int, seed: int, where: str) -> SimGpu:
     if unknown:
         raise ScenarioError(f"{where}: unknown keys {sorted(unknown)}")
     instances = tuple(
-        SimInstance(
-            gpu_instance_id=_int(m.get("gi", n + 1), f"{where}.mig[{n}].gi"),
-            profile=str(m.get("profile", "")) or _missing(f"{where}.mig[{n}].profile"),
-            memory_mib=_int(m.get("memory_mib", 9984), f"{where}.mig[{n}].memory_mib"),
-            memory_used_mib=_range(m.get("memory_used_mib", 0), f"{where}.mig[{n}].memory_used_mib"),
-            activity=_range(m.get("activity", 0), f"{where}.mig[{n}].activity"),
-        )
-        for n, m in enumerate(_mapping(x, f"{where}.mig[{i}]") for i, x in enumerate(
-            spec.get("mig") or []))
+        _instance(m, f"{where}.mig[{n}]") for n, m in enumerate(spec.get("mig") or [])
     )
     processes = tuple(
-        SimProcess(
-            pid=_int(p.get("pid"), f"{where}.processes[{n}].pid"),
-            used_memory_mib=_int(p.get("used_memory_mib", 0),
-                                 f"{where}.processes[{n}].used_memory_mib"),
-            gpu_instance_id=p.get("gi"),
-        )
-        for n, p in enumerate(_mapping(x, f"{where}.processes[{i}]") for i, x in enumerate(
-            spec.get("processes") or []))
+        _process(p, f"{where}.processes[{n}]")
+        for n, p in enumerate(spec.get("processes") or [])
     )
     return SimGpu(
         index=index,
@@ -141,8 +127,28 @@ def _gpu(raw: Any, index: int, seed: int, where: str) -> SimGpu:
     )
 
 
-def _missing(where: str) -> str:
-    raise ScenarioError(f"{where}: required")
+def _instance(raw: Any, where: str) -> SimInstance:
+    spec = _mapping(raw, where)
+    profile = str(spec.get("profile") or "")
+    if not profile:
+        raise ScenarioError(f"{where}.profile: required (e.g. 1g.10gb)")
+    return SimInstance(
+        gpu_instance_id=_int(spec.get("gi"), f"{where}.gi"),
+        profile=profile,
+        memory_mib=_int(spec.get("memory_mib", 9984), f"{where}.memory_mib"),
+        memory_used_mib=_range(spec.get("memory_used_mib", 0), f"{where}.memory_used_mib"),
+        activity=_range(spec.get("activity", 0), f"{where}.activity"),
+    )
+
+
+def _process(raw: Any, where: str) -> SimProcess:
+    spec = _mapping(raw, where)
+    gi = spec.get("gi")
+    return SimProcess(
+        pid=_int(spec.get("pid"), f"{where}.pid"),
+        used_memory_mib=_int(spec.get("used_memory_mib", 0), f"{where}.used_memory_mib"),
+        gpu_instance_id=None if gi is None else _int(gi, f"{where}.gi"),
+    )
 
 
 def parse_scenario(raw: Any, path: str) -> Scenario:

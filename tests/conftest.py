@@ -1,0 +1,21 @@
+"""Shared fixtures. Under CI=true a missing external tool fails the test instead of skipping."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
+
+
+def require_tool(name: str) -> str:
+    """Path of an external tool; skip without it locally, fail without it on CI."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (on Debian: see .ci/run)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {message}")
+        pytest.skip(message)
+    return path
