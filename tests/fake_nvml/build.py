@@ -1,0 +1,203 @@
+"""Build and drive the fake ``libnvidia-ml.so.1`` (see README.md)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().with_name("fake_nvml.c")
+LIBRARY_NAME = "libnvidia-ml.so.1"
+CFLAGS: tuple[str, ...] = (
+    "-shared",
+    "-fPIC",
+    "-O2",
+    "-Wall",
+    f"-Wl,-soname,{LIBRARY_NAME}",
+)
+LIBS: tuple[str, ...] = ("-lpthread",)
+
+
+def _digest(source: bytes) -> str:
+    h = hashlib.sha256()
+    h.update(source)
+    h.update("\0".join(CFLAGS + LIBS).encode())
+    return h.hexdigest()[:32]
+
+
+def _atomic_link(src: Path, dest: Path) -> None:
+    """Make ``dest`` a copy of ``src`` (hard link if possible), atomically."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        tmp.unlink()
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copy2(src, tmp)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def build_fake_nvml(dest_dir: Path) -> Path:
+    """Compile fake_nvml.c into ``dest_dir/libnvidia-ml.so.1`` and return it.
+
+    The compiled library is cached as ``dest_dir/libnvidia-ml.<sha256>.so``
+    (a digest of the source and flags); nothing is compiled when that file
+    already exists. Every file is written under a temporary name and moved into
+    place with ``os.replace``, so concurrent builds into one directory are safe.
+    """
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    source = SOURCE.read_bytes()
+    cached = dest_dir / f"libnvidia-ml.{_digest(source)}.so"
+    target = dest_dir / LIBRARY_NAME
+
+    if not cached.exists():
+        gcc = shutil.which("gcc")
+        if gcc is None:
+            raise RuntimeError(
+                "gcc was not found on PATH: it is needed to build the fake "
+                f"NVML library from {SOURCE} (apt-get install gcc)"
+            )
+        fd, tmp_name = tempfile.mkstemp(prefix=".fake-nvml.", suffix=".so", dir=dest_dir)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            proc = subprocess.run(
+                [gcc, *CFLAGS, "-o", str(tmp), str(SOURCE), *LIBS],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(
+                    f"building the fake NVML library failed "
+                    f"(gcc exit {proc.returncode}):\n{proc.stderr}"
+                )
+            os.replace(tmp, cached)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    if not (target.exists() and os.path.samefile(target, cached)):
+        _atomic_link(cached, target)
+    return target
+
+
+class FakeNvml:
+    """Typed access to the ``fake_nvml_*`` control functions.
+
+    Constructing it loads the library with ``ctypes.CDLL(path)``; thanks to
+    the soname, pynvml's later ``CDLL("libnvidia-ml.so.1")`` in the same
+    process gets this very library. Build it before pynvml loads NVML.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.lib = ctypes.CDLL(str(self.path))
+        lib = self.lib
+        lib.fake_nvml_reset.argtypes = []
+        lib.fake_nvml_reset.restype = None
+        lib.fake_nvml_last_error.argtypes = []
+        lib.fake_nvml_last_error.restype = ctypes.c_char_p
+        lib.fake_nvml_set_lost.argtypes = [ctypes.c_uint, ctypes.c_int]
+        lib.fake_nvml_set_lost.restype = None
+        lib.fake_nvml_set_not_supported.argtypes = [
+            ctypes.c_uint,
+            ctypes.c_char_p,
+            ctypes.c_int,
+        ]
+        lib.fake_nvml_set_not_supported.restype = None
+        lib.fake_nvml_set_mig.argtypes = [ctypes.c_uint, ctypes.c_char_p]
+        lib.fake_nvml_set_mig.restype = ctypes.c_int
+        lib.fake_nvml_calls.argtypes = [ctypes.c_char_p]
+        lib.fake_nvml_calls.restype = ctypes.c_ulonglong
+        lib.fake_nvml_total_calls.argtypes = []
+        lib.fake_nvml_total_calls.restype = ctypes.c_ulonglong
+        lib.fake_nvml_init_refcount.argtypes = []
+        lib.fake_nvml_init_refcount.restype = ctypes.c_uint
+        lib.fake_nvml_symbol_name.argtypes = [ctypes.c_uint]
+        lib.fake_nvml_symbol_name.restype = ctypes.c_char_p
+        lib.fake_nvml_key_name.argtypes = [ctypes.c_uint]
+        lib.fake_nvml_key_name.restype = ctypes.c_char_p
+        self.symbols: frozenset[str] = frozenset(self._names(lib.fake_nvml_symbol_name))
+        self.keys: tuple[str, ...] = tuple(self._names(lib.fake_nvml_key_name))
+
+    @staticmethod
+    def _names(fn: Callable[[int], object]) -> list[str]:
+        names: list[str] = []
+        while (raw := fn(len(names))) is not None:
+            assert isinstance(raw, bytes)
+            names.append(raw.decode())
+        return names
+
+    def _check(self) -> None:
+        err = self.lib.fake_nvml_last_error()
+        if err:
+            assert isinstance(err, bytes)
+            raise ValueError(f"fake_nvml: {err.decode()}")
+
+    @staticmethod
+    def _index(index: int) -> int:
+        if index < 0:
+            raise ValueError(f"GPU index must be >= 0, got {index}")
+        return index
+
+    def reset(self) -> None:
+        """Re-read FAKE_NVML_* from os.environ, zero counters, drop overrides.
+
+        The nvmlInit refcount is kept. Raises ValueError if a variable is
+        malformed (the library then behaves as with no variables set).
+        """
+        self.lib.fake_nvml_reset()
+        self._check()
+
+    def set_lost(self, index: int, lost: bool = True) -> None:
+        """Make GPU ``index`` (and its MIG devices) answer GPU_IS_LOST."""
+        self.lib.fake_nvml_set_lost(self._index(index), int(lost))
+        self._check()
+
+    def set_not_supported(self, index: int, key: str, on: bool = True) -> None:
+        """Make query ``key`` answer NOT_SUPPORTED on GPU ``index`` (or not)."""
+        if key not in self.keys:
+            raise ValueError(f"unknown key {key!r}; known: {', '.join(self.keys)}")
+        self.lib.fake_nvml_set_not_supported(self._index(index), key.encode(), int(on))
+        self._check()
+
+    def set_mig(self, index: int, spec: str | Sequence[tuple[int, int]] | None) -> None:
+        """Set GPU ``index``'s GPU instances; None turns MIG mode off.
+
+        ``spec`` is ``"gi:profile,gi:profile"`` or ``[(gi, profile), ...]``;
+        an empty string or list means MIG mode on with no instances.
+        """
+        if spec is None:
+            raw: bytes | None = None
+        elif isinstance(spec, str):
+            raw = spec.encode()
+        else:
+            raw = ",".join(f"{gi}:{prof}" for gi, prof in spec).encode()
+        if self.lib.fake_nvml_set_mig(self._index(index), raw) != 0:
+            err = self.lib.fake_nvml_last_error()
+            msg = err.decode() if isinstance(err, bytes) else "bad spec"
+            raise ValueError(f"fake_nvml: {msg}")
+
+    def calls(self, symbol: str) -> int:
+        """How many times NVML ``symbol`` was called since the last reset."""
+        if symbol not in self.symbols:
+            raise ValueError(f"{symbol!r} is not an NVML symbol the fake implements")
+        return int(self.lib.fake_nvml_calls(symbol.encode()))
+
+    def total_calls(self) -> int:
+        """How many NVML calls (all symbols) were made since the last reset."""
+        return int(self.lib.fake_nvml_total_calls())
+
+    def init_refcount(self) -> int:
+        """nvmlInit* calls minus nvmlShutdown calls (0: not initialized)."""
+        return int(self.lib.fake_nvml_init_refcount())

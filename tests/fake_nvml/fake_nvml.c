@@ -1,0 +1,1917 @@
+/*
+ * fake_nvml.c - a fake libnvidia-ml.so.1 for tests that have no GPU.
+ *
+ * It implements the subset of NVML that nvidia-ml-py (module pynvml) 13.615
+ * calls for a GPU exporter, with deterministic values, and exports a few
+ * fake_nvml_* control functions for tests that load it in-process.
+ * See README.md next to this file for the configuration syntax and values.
+ *
+ * Build:
+ *   gcc -shared -fPIC -O2 -Wall -Wl,-soname,libnvidia-ml.so.1 \
+ *       -o libnvidia-ml.so.1 fake_nvml.c -lpthread
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------ */
+/* NVML types and constants (values as in pynvml / nvml.h)             */
+/* ------------------------------------------------------------------ */
+
+typedef int nvmlReturn_t;
+
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999
+};
+
+enum {
+    NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+};
+
+enum {
+    NVML_FI_DEV_ECC_SBE_VOL_TOTAL = 3,
+    NVML_FI_DEV_ECC_DBE_VOL_TOTAL = 4,
+    NVML_FI_DEV_ECC_SBE_AGG_TOTAL = 5,
+    NVML_FI_DEV_ECC_DBE_AGG_TOTAL = 6,
+    NVML_FI_DEV_MEMORY_TEMP = 82,
+    NVML_FI_DEV_REMAPPED_COR = 142,
+    NVML_FI_DEV_REMAPPED_UNC = 143,
+    NVML_FI_DEV_REMAPPED_FAILURE = 145
+};
+
+/* Versioned structs: (struct version << 24) | sizeof(struct). */
+#define NVML_MEMORY_V2_VERSION 0x02000028u
+#define NVML_TEMPERATURE_V1_VERSION 0x0100000Cu
+#define NVML_GI_PROFILE_INFO_V2_VERSION 0x02000098u
+#define NVML_GPM_SUPPORT_VERSION 1u
+
+/* Opaque handle targets: handles are addresses inside the arrays below. */
+struct fake_device {
+    unsigned gpu;
+    unsigned gi_id; /* MIG handles only */
+    unsigned is_mig;
+};
+struct fake_gpu_instance {
+    unsigned gpu;
+    unsigned gi_id;
+};
+typedef struct fake_device *nvmlDevice_t;
+typedef struct fake_gpu_instance *nvmlGpuInstance_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int sensorType;
+    int temperature;
+} nvmlTemperature_v1_t;
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    unsigned int valueType;
+    unsigned int nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v3_t;
+
+typedef struct {
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    unsigned int gpuInstanceSliceCount;
+    unsigned int computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+typedef struct {
+    unsigned int start;
+    unsigned int size;
+} nvmlGpuInstancePlacement_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct {
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} nvmlGpuInstanceProfileInfo_v2_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
+/* Compile-time checks against the sizes encoded in pynvml's versions. */
+_Static_assert(sizeof(nvmlMemory_v2_t) == (NVML_MEMORY_V2_VERSION & 0xFFFFFFu),
+               "nvmlMemory_v2_t size");
+_Static_assert(sizeof(nvmlTemperature_v1_t) ==
+                   (NVML_TEMPERATURE_V1_VERSION & 0xFFFFFFu),
+               "nvmlTemperature_v1_t size");
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_v2_t) ==
+                   (NVML_GI_PROFILE_INFO_V2_VERSION & 0xFFFFFFu),
+               "nvmlGpuInstanceProfileInfo_v2_t size");
+_Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t size");
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t size");
+_Static_assert(sizeof(nvmlProcessInfo_v3_t) == 24, "nvmlProcessInfo_v3_t size");
+
+/* ------------------------------------------------------------------ */
+/* Limits and fixed data                                               */
+/* ------------------------------------------------------------------ */
+
+#define MAX_GPUS 64u
+#define MAX_GI_ID 64u         /* gi ids 0..63 */
+#define MAX_MIG_INSTANCES 7u  /* per GPU */
+#define MIB (1024ull * 1024ull)
+
+#define GPU_MEMORY_TOTAL 85899345920ull /* 80 GiB */
+#define GPU_MEMORY_RESERVED (512ull * MIB)
+#define ENERGY_STEP_MJ 100ull
+
+static const char NAME_PLAIN[] = "NVIDIA H100 80GB HBM3";
+static const char NAME_MIG[] = "NVIDIA A100-SXM4-80GB";
+static const char VBIOS_VERSION[] = "96.00.89.00.01";
+static const char DEFAULT_DRIVER_VERSION[] = "580.105.08";
+
+struct gi_profile {
+    unsigned profile_enum;
+    unsigned id;
+    const char *name;
+    unsigned slices;
+    unsigned instance_count;
+    unsigned sms;
+    unsigned copy_engines;
+    unsigned decoders;
+    unsigned jpegs;
+    unsigned ofas;
+    unsigned long long memory_mb;
+};
+
+static const struct gi_profile PROFILES[] = {
+    {0, 19, "MIG 1g.10gb", 1, 7, 14, 1, 0, 0, 0, 9984ull},
+    {1, 14, "MIG 2g.20gb", 2, 3, 28, 2, 1, 0, 0, 20096ull},
+    {2, 9, "MIG 3g.40gb", 3, 2, 42, 3, 2, 0, 0, 40192ull},
+    {3, 5, "MIG 4g.40gb", 4, 1, 56, 4, 2, 0, 0, 40192ull},
+    {4, 0, "MIG 7g.80gb", 7, 1, 98, 7, 5, 1, 1, 80896ull},
+};
+#define N_PROFILES (sizeof(PROFILES) / sizeof(PROFILES[0]))
+
+static const struct gi_profile *profile_by_id(unsigned id)
+{
+    for (size_t k = 0; k < N_PROFILES; k++)
+        if (PROFILES[k].id == id)
+            return &PROFILES[k];
+    return NULL;
+}
+
+static const struct gi_profile *profile_by_enum(unsigned e)
+{
+    for (size_t k = 0; k < N_PROFILES; k++)
+        if (PROFILES[k].profile_enum == e)
+            return &PROFILES[k];
+    return NULL;
+}
+
+/* Keys of FAKE_NVML_NOT_SUPPORTED, in bit order. */
+enum ns_key {
+    KEY_UTIL,
+    KEY_ENC,
+    KEY_DEC,
+    KEY_MEMORY,
+    KEY_MEMORY_V2,
+    KEY_POWER,
+    KEY_ENERGY,
+    KEY_CLOCK,
+    KEY_TEMP,
+    KEY_MEMTEMP,
+    KEY_PCIE_REPLAY,
+    KEY_MINOR,
+    KEY_PROCESSES,
+    KEY_SERIAL,
+    KEY_VBIOS,
+    KEY_COUNT,
+    KEY_NONE = -1
+};
+
+static const char *const KEY_NAMES[KEY_COUNT] = {
+    "util",  "enc",     "dec",         "memory", "memory_v2",
+    "power", "energy",  "clock",       "temp",   "memtemp",
+    "pcie_replay", "minor", "processes", "serial", "vbios",
+};
+
+static int key_from_name(const char *s, size_t len)
+{
+    for (int k = 0; k < KEY_COUNT; k++)
+        if (strlen(KEY_NAMES[k]) == len && strncmp(KEY_NAMES[k], s, len) == 0)
+            return k;
+    return -1;
+}
+
+/* Every exported NVML symbol, for the call counters. */
+#define FAKE_NVML_SYMBOLS(X)                        \
+    X(nvmlInit_v2)                                  \
+    X(nvmlInitWithFlags)                            \
+    X(nvmlShutdown)                                 \
+    X(nvmlErrorString)                              \
+    X(nvmlSystemGetDriverVersion)                   \
+    X(nvmlSystemGetNVMLVersion)                     \
+    X(nvmlSystemGetCudaDriverVersion)               \
+    X(nvmlSystemGetCudaDriverVersion_v2)            \
+    X(nvmlDeviceGetCount_v2)                        \
+    X(nvmlDeviceGetHandleByIndex_v2)                \
+    X(nvmlDeviceGetHandleByUUID)                    \
+    X(nvmlDeviceGetHandleByPciBusId_v2)             \
+    X(nvmlDeviceGetIndex)                           \
+    X(nvmlDeviceGetName)                            \
+    X(nvmlDeviceGetUUID)                            \
+    X(nvmlDeviceGetSerial)                          \
+    X(nvmlDeviceGetVbiosVersion)                    \
+    X(nvmlDeviceGetPciInfo_v3)                      \
+    X(nvmlDeviceGetMinorNumber)                     \
+    X(nvmlDeviceGetUtilizationRates)                \
+    X(nvmlDeviceGetEncoderUtilization)              \
+    X(nvmlDeviceGetDecoderUtilization)              \
+    X(nvmlDeviceGetMemoryInfo)                      \
+    X(nvmlDeviceGetMemoryInfo_v2)                   \
+    X(nvmlDeviceGetPowerUsage)                      \
+    X(nvmlDeviceGetTotalEnergyConsumption)          \
+    X(nvmlDeviceGetClockInfo)                       \
+    X(nvmlDeviceGetMaxClockInfo)                    \
+    X(nvmlDeviceGetTemperature)                     \
+    X(nvmlDeviceGetTemperatureV)                    \
+    X(nvmlDeviceGetFieldValues)                     \
+    X(nvmlDeviceGetPcieReplayCounter)               \
+    X(nvmlDeviceGetComputeRunningProcesses_v3)      \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3)     \
+    X(nvmlDeviceGetMigMode)                         \
+    X(nvmlDeviceIsMigDeviceHandle)                  \
+    X(nvmlDeviceGetMaxMigDeviceCount)               \
+    X(nvmlDeviceGetMigDeviceHandleByIndex)          \
+    X(nvmlDeviceGetGpuInstanceId)                   \
+    X(nvmlDeviceGetComputeInstanceId)               \
+    X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle) \
+    X(nvmlDeviceGetAttributes_v2)                   \
+    X(nvmlDeviceGetGpuInstanceById)                 \
+    X(nvmlGpuInstanceGetInfo)                       \
+    X(nvmlDeviceGetGpuInstanceProfileInfo)          \
+    X(nvmlDeviceGetGpuInstanceProfileInfoV)         \
+    X(nvmlDeviceGetGpuInstanceProfileInfoByIdV)     \
+    X(nvmlGpmQueryDeviceSupport)
+
+#define SYM_ENUM(name) SYM_##name,
+enum sym { FAKE_NVML_SYMBOLS(SYM_ENUM) SYM_COUNT };
+#undef SYM_ENUM
+
+#define SYM_STR(name) #name,
+static const char *const SYM_NAMES[SYM_COUNT] = {FAKE_NVML_SYMBOLS(SYM_STR)};
+#undef SYM_STR
+
+/* ------------------------------------------------------------------ */
+/* State (all guarded by g_lock)                                       */
+/* ------------------------------------------------------------------ */
+
+struct gi_cfg {
+    unsigned gi_id;
+    unsigned start; /* placement start slice */
+    const struct gi_profile *profile;
+};
+
+struct mig_cfg {
+    int enabled;
+    unsigned n;
+    struct gi_cfg gi[MAX_MIG_INSTANCES];
+};
+
+struct config {
+    unsigned gpu_count;
+    struct mig_cfg mig[MAX_GPUS];
+    uint32_t not_supported[MAX_GPUS]; /* bit per enum ns_key */
+    unsigned char lost[MAX_GPUS];
+    long minor[MAX_GPUS]; /* -1: default (= index) */
+    char driver_version[80];
+    int init_error;
+    unsigned long delay_us;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct config g_env;    /* parsed from the environment */
+static int g_env_loaded;       /* g_env has been read at least once */
+static int g_env_bad;          /* the last read found a bad variable */
+static unsigned g_refcount;    /* nvmlInit* minus nvmlShutdown */
+static char g_last_error[512]; /* last configuration / control error */
+
+/* Runtime overrides set by the control functions; cleared by reset. */
+static signed char g_lost_ovr[MAX_GPUS]; /* -1: none */
+static uint32_t g_ns_on[MAX_GPUS];
+static uint32_t g_ns_off[MAX_GPUS];
+static unsigned char g_mig_ovr_set[MAX_GPUS];
+static struct mig_cfg g_mig_ovr[MAX_GPUS];
+
+static unsigned long long g_calls[SYM_COUNT];
+static unsigned long long g_total_calls;
+static unsigned long long g_energy_reads[MAX_GPUS];
+
+/* Handle targets. */
+static struct fake_device g_phys[MAX_GPUS];
+static struct fake_device g_mig_handles[MAX_GPUS][MAX_GI_ID];
+static struct fake_gpu_instance g_gi_handles[MAX_GPUS][MAX_GI_ID];
+
+__attribute__((constructor)) static void fake_nvml_construct(void)
+{
+    for (unsigned g = 0; g < MAX_GPUS; g++) {
+        g_phys[g].gpu = g;
+        for (unsigned k = 0; k < MAX_GI_ID; k++) {
+            g_mig_handles[g][k].gpu = g;
+            g_mig_handles[g][k].gi_id = k;
+            g_mig_handles[g][k].is_mig = 1;
+            g_gi_handles[g][k].gpu = g;
+            g_gi_handles[g][k].gi_id = k;
+        }
+    }
+    for (unsigned g = 0; g < MAX_GPUS; g++)
+        g_lost_ovr[g] = -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Configuration parsing                                               */
+/* ------------------------------------------------------------------ */
+
+__attribute__((format(printf, 1, 2))) static void set_error(const char *fmt,
+                                                             ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
+    va_end(ap);
+}
+
+static const char *skip_ws(const char *p)
+{
+    while (*p && isspace((unsigned char)*p))
+        p++;
+    return p;
+}
+
+/* Parse an unsigned decimal number; returns the end or NULL. */
+static const char *parse_uint(const char *p, unsigned long max,
+                              unsigned long *out)
+{
+    p = skip_ws(p);
+    if (!isdigit((unsigned char)*p))
+        return NULL;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(p, &end, 10);
+    if (errno || v > max)
+        return NULL;
+    *out = v;
+    return skip_ws(end);
+}
+
+/* Parse "gi:profile,gi:profile" up to end (exclusive) into *m (enabled). */
+static int parse_mig_list(const char *p, const char *end, struct mig_cfg *m)
+{
+    memset(m, 0, sizeof *m);
+    m->enabled = 1;
+    p = skip_ws(p);
+    if (p >= end)
+        return 0; /* MIG mode on, no instances */
+    unsigned start = 0;
+    for (;;) {
+        unsigned long gi, prof;
+        p = parse_uint(p, MAX_GI_ID - 1, &gi);
+        if (!p || p >= end || *p != ':')
+            return -1;
+        p = parse_uint(p + 1, 0xFFFFFFFFul, &prof);
+        if (!p || p > end)
+            return -1;
+        const struct gi_profile *pr = profile_by_id((unsigned)prof);
+        if (!pr || m->n >= MAX_MIG_INSTANCES)
+            return -1;
+        for (unsigned k = 0; k < m->n; k++)
+            if (m->gi[k].gi_id == gi)
+                return -1;
+        m->gi[m->n].gi_id = (unsigned)gi;
+        m->gi[m->n].profile = pr;
+        m->gi[m->n].start = start;
+        start += pr->slices;
+        m->n++;
+        if (p == end)
+            return 0;
+        if (*p != ',')
+            return -1;
+        p++;
+    }
+}
+
+static int parse_env_uint(const char *name, unsigned long max,
+                          unsigned long def, unsigned long *out)
+{
+    const char *s = getenv(name);
+    *out = def;
+    if (!s || !*skip_ws(s))
+        return 0;
+    const char *e = parse_uint(s, max, out);
+    if (!e || *e) {
+        set_error("bad %s=%s", name, s);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parse "i,j,k" (FAKE_NVML_LOST). */
+static int parse_lost(const char *s, struct config *c)
+{
+    const char *p = skip_ws(s);
+    if (!*p)
+        return 0;
+    for (;;) {
+        unsigned long g;
+        p = parse_uint(p, MAX_GPUS - 1, &g);
+        if (!p)
+            return -1;
+        c->lost[g] = 1;
+        if (!*p)
+            return 0;
+        if (*p != ',')
+            return -1;
+        p++;
+    }
+}
+
+/* Parse "i:key,*:key" (FAKE_NVML_NOT_SUPPORTED). */
+static int parse_not_supported(const char *s, struct config *c)
+{
+    const char *p = skip_ws(s);
+    if (!*p)
+        return 0;
+    for (;;) {
+        unsigned long g = 0;
+        int all = 0;
+        if (*p == '*') {
+            all = 1;
+            p = skip_ws(p + 1);
+        } else {
+            p = parse_uint(p, MAX_GPUS - 1, &g);
+            if (!p)
+                return -1;
+        }
+        if (*p != ':')
+            return -1;
+        p = skip_ws(p + 1);
+        const char *k0 = p;
+        while (*p && *p != ',' && !isspace((unsigned char)*p))
+            p++;
+        int key = key_from_name(k0, (size_t)(p - k0));
+        if (key < 0)
+            return -1;
+        for (unsigned i = 0; i < MAX_GPUS; i++)
+            if (all || i == g)
+                c->not_supported[i] |= 1u << key;
+        p = skip_ws(p);
+        if (!*p)
+            return 0;
+        if (*p != ',')
+            return -1;
+        p++;
+    }
+}
+
+/* Parse "i:minor,j:minor" (FAKE_NVML_MINOR). */
+static int parse_minor(const char *s, struct config *c)
+{
+    const char *p = skip_ws(s);
+    if (!*p)
+        return 0;
+    for (;;) {
+        unsigned long g, m;
+        p = parse_uint(p, MAX_GPUS - 1, &g);
+        if (!p || *p != ':')
+            return -1;
+        p = parse_uint(p + 1, 0x7FFFFFFFul, &m);
+        if (!p)
+            return -1;
+        c->minor[g] = (long)m;
+        if (!*p)
+            return 0;
+        if (*p != ',')
+            return -1;
+        p++;
+    }
+}
+
+/* Parse "i=gi:prof,...;j=" (FAKE_NVML_MIG). */
+static int parse_mig(const char *s, struct config *c)
+{
+    const char *p = s;
+    while (*p) {
+        const char *end = strchr(p, ';');
+        if (!end)
+            end = p + strlen(p);
+        if (*skip_ws(p) && skip_ws(p) < end) {
+            unsigned long g;
+            const char *q = parse_uint(p, MAX_GPUS - 1, &g);
+            if (!q || q >= end || *q != '=')
+                return -1;
+            if (parse_mig_list(q + 1, end, &c->mig[g]) != 0)
+                return -1;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* Read all FAKE_NVML_* variables into g_env; -1 (and g_last_error) if bad. */
+static int load_env(void)
+{
+    static struct config c; /* large: keep off the stack */
+    unsigned long v;
+    const char *s;
+    int bad = 0;
+
+    memset(&c, 0, sizeof c);
+    for (unsigned g = 0; g < MAX_GPUS; g++)
+        c.minor[g] = -1;
+    snprintf(c.driver_version, sizeof c.driver_version, "%s",
+             DEFAULT_DRIVER_VERSION);
+
+    if (parse_env_uint("FAKE_NVML_GPU_COUNT", MAX_GPUS, 2, &v) != 0)
+        bad = 1;
+    c.gpu_count = (unsigned)v;
+    if (parse_env_uint("FAKE_NVML_DEVICE_DELAY_US", 60000000ul, 0, &v) != 0)
+        bad = 1;
+    c.delay_us = v;
+
+    s = getenv("FAKE_NVML_INIT_ERROR");
+    if (s && *skip_ws(s)) {
+        char *end;
+        errno = 0;
+        long e = strtol(s, &end, 10);
+        if (errno || *skip_ws(end) || e < 0 || e > 0x7FFFFFFF) {
+            set_error("bad %s=%s", "FAKE_NVML_INIT_ERROR", s);
+            bad = 1;
+        } else {
+            c.init_error = (int)e;
+        }
+    }
+
+    s = getenv("FAKE_NVML_DRIVER_VERSION");
+    if (s && *s) {
+        if (strlen(s) >= 60) {
+            set_error("bad %s=%s (too long)", "FAKE_NVML_DRIVER_VERSION", s);
+            bad = 1;
+        } else {
+            snprintf(c.driver_version, sizeof c.driver_version, "%s", s);
+        }
+    }
+
+    s = getenv("FAKE_NVML_LOST");
+    if (s && parse_lost(s, &c) != 0) {
+        set_error("bad %s=%s", "FAKE_NVML_LOST", s);
+        bad = 1;
+    }
+    s = getenv("FAKE_NVML_NOT_SUPPORTED");
+    if (s && parse_not_supported(s, &c) != 0) {
+        set_error("bad %s=%s", "FAKE_NVML_NOT_SUPPORTED", s);
+        bad = 1;
+    }
+    s = getenv("FAKE_NVML_MINOR");
+    if (s && parse_minor(s, &c) != 0) {
+        set_error("bad %s=%s", "FAKE_NVML_MINOR", s);
+        bad = 1;
+    }
+    s = getenv("FAKE_NVML_MIG");
+    if (s && parse_mig(s, &c) != 0) {
+        set_error("bad %s=%s", "FAKE_NVML_MIG", s);
+        bad = 1;
+    }
+
+    g_env_loaded = 1;
+    g_env_bad = bad;
+    if (bad) {
+        /* Fall back to the defaults so that behaviour stays defined. */
+        memset(&c, 0, sizeof c);
+        for (unsigned g = 0; g < MAX_GPUS; g++)
+            c.minor[g] = -1;
+        snprintf(c.driver_version, sizeof c.driver_version, "%s",
+                 DEFAULT_DRIVER_VERSION);
+        c.gpu_count = 2;
+        fprintf(stderr, "fake_nvml: %s\n", g_last_error);
+    }
+    g_env = c;
+    return bad ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Effective state (g_lock held)                                       */
+/* ------------------------------------------------------------------ */
+
+static int gpu_is_lost(unsigned g)
+{
+    return g_lost_ovr[g] >= 0 ? g_lost_ovr[g] : g_env.lost[g];
+}
+
+static int key_not_supported(unsigned g, int key)
+{
+    if (key < 0)
+        return 0;
+    uint32_t bit = 1u << key;
+    return ((g_env.not_supported[g] | g_ns_on[g]) & ~g_ns_off[g] & bit) != 0;
+}
+
+static const struct mig_cfg *mig_of(unsigned g)
+{
+    return g_mig_ovr_set[g] ? &g_mig_ovr[g] : &g_env.mig[g];
+}
+
+static const struct gi_cfg *find_gi(unsigned g, unsigned gi_id)
+{
+    const struct mig_cfg *m = mig_of(g);
+    if (!m->enabled)
+        return NULL;
+    for (unsigned k = 0; k < m->n; k++)
+        if (m->gi[k].gi_id == gi_id)
+            return &m->gi[k];
+    return NULL;
+}
+
+static const char *gpu_name(unsigned g)
+{
+    /* Decided by FAKE_NVML_MIG as read from the environment. */
+    return g_env.mig[g].enabled ? NAME_MIG : NAME_PLAIN;
+}
+
+static void gpu_uuid(unsigned g, char *buf, size_t len)
+{
+    snprintf(buf, len, "GPU-fa4e%04x-7953-256e-8f33-1343419b1a1c", g);
+}
+
+static void mig_uuid(unsigned g, unsigned gi_id, char *buf, size_t len)
+{
+    snprintf(buf, len, "MIG-fa4e%04x-%04x-5000-8000-000000000000", g, gi_id);
+}
+
+static unsigned gpu_bus(unsigned g)
+{
+    return 0x18u + 0x10u * g;
+}
+
+/* ------------------------------------------------------------------ */
+/* Call prologue / epilogue                                            */
+/* ------------------------------------------------------------------ */
+
+static void sleep_us(unsigned long us)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(us / 1000000ul);
+    ts.tv_nsec = (long)(us % 1000000ul) * 1000l;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Count the call, apply the device delay, take the lock. */
+static void enter(enum sym s, int device_query)
+{
+    pthread_mutex_lock(&g_lock);
+    g_calls[s]++;
+    g_total_calls++;
+    unsigned long delay = device_query ? g_env.delay_us : 0;
+    if (delay) {
+        pthread_mutex_unlock(&g_lock);
+        sleep_us(delay);
+        pthread_mutex_lock(&g_lock);
+    }
+}
+
+static nvmlReturn_t leave(nvmlReturn_t rc)
+{
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Enter a device query that takes no handle; checks initialization. */
+static nvmlReturn_t begin_plain(enum sym s, int device_query)
+{
+    enter(s, device_query);
+    return g_refcount ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+}
+
+struct dev_ref {
+    unsigned gpu;
+    int is_mig;
+    const struct gi_cfg *gi; /* MIG handles only */
+};
+
+/* What kind of handle a call accepts. */
+enum handle_use {
+    PHYS_ONLY, /* MIG handle -> NOT_SUPPORTED */
+    ANY,       /* physical or MIG */
+    MIG_ONLY   /* physical handle -> NOT_SUPPORTED */
+};
+
+static nvmlReturn_t resolve(nvmlDevice_t h, struct dev_ref *r)
+{
+    uintptr_t p = (uintptr_t)h;
+    uintptr_t base = (uintptr_t)g_phys;
+    if (p >= base && p < base + sizeof g_phys) {
+        if ((p - base) % sizeof g_phys[0])
+            return NVML_ERROR_INVALID_ARGUMENT;
+        r->gpu = (unsigned)((p - base) / sizeof g_phys[0]);
+        r->is_mig = 0;
+        r->gi = NULL;
+    } else {
+        base = (uintptr_t)g_mig_handles;
+        if (p < base || p >= base + sizeof g_mig_handles ||
+            (p - base) % sizeof g_mig_handles[0][0])
+            return NVML_ERROR_INVALID_ARGUMENT;
+        size_t idx = (p - base) / sizeof g_mig_handles[0][0];
+        r->gpu = (unsigned)(idx / MAX_GI_ID);
+        r->is_mig = 1;
+        if (r->gpu >= g_env.gpu_count)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        r->gi = find_gi(r->gpu, (unsigned)(idx % MAX_GI_ID));
+        if (!r->gi)
+            return NVML_ERROR_INVALID_ARGUMENT; /* instance gone */
+    }
+    if (r->gpu >= g_env.gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpu_is_lost(r->gpu))
+        return NVML_ERROR_GPU_IS_LOST;
+    return NVML_SUCCESS;
+}
+
+/* Enter a call on a device handle; the lock is held on return. */
+static nvmlReturn_t begin_dev(enum sym s, nvmlDevice_t h, struct dev_ref *r,
+                              enum handle_use use, int key)
+{
+    enter(s, 1);
+    if (!g_refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    nvmlReturn_t rc = resolve(h, r);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if ((use == PHYS_ONLY && r->is_mig) || (use == MIG_ONLY && !r->is_mig))
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (key_not_supported(r->gpu, key))
+        return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t copy_str(char *buf, unsigned len, const char *s)
+{
+    if (!buf)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    size_t n = strlen(s);
+    if ((size_t)len < n + 1)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, s, n + 1);
+    return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Init, shutdown, errors, system                                      */
+/* ------------------------------------------------------------------ */
+
+static nvmlReturn_t do_init(void)
+{
+    if (g_refcount == 0 || !g_env_loaded) {
+        g_last_error[0] = '\0';
+        if (load_env() != 0)
+            return NVML_ERROR_UNKNOWN;
+    }
+    if (g_env.init_error)
+        return g_env.init_error;
+    g_refcount++;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    enter(SYM_nvmlInitWithFlags, 0);
+    return leave(do_init());
+}
+
+nvmlReturn_t nvmlInit_v2(void)
+{
+    enter(SYM_nvmlInit_v2, 0);
+    return leave(do_init());
+}
+
+nvmlReturn_t nvmlShutdown(void)
+{
+    enter(SYM_nvmlShutdown, 0);
+    if (!g_refcount)
+        return leave(NVML_ERROR_UNINITIALIZED);
+    g_refcount--;
+    return leave(NVML_SUCCESS);
+}
+
+const char *nvmlErrorString(nvmlReturn_t result)
+{
+    enter(SYM_nvmlErrorString, 0);
+    pthread_mutex_unlock(&g_lock);
+    switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 5: return "Already Initialized";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 8: return "Insufficient External Power";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 11: return "Interrupt Request Issue";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 14: return "Corrupted infoROM";
+    case 15: return "GPU is lost";
+    case 16: return "GPU requires restart";
+    case 17: return "The operating system has blocked the request.";
+    case 18: return "RM has detected an NVML/RM version mismatch.";
+    case 19: return "In use by another client";
+    case 20: return "Insufficient Memory";
+    case 21: return "No data";
+    case 22: return "The requested vgpu operation is not available on target "
+                    "device, because ECC is enabled";
+    case 23: return "Insufficient resources";
+    case 24: return "Frequency not supported";
+    case 25: return "Argument version mismatch";
+    case 26: return "Deprecated";
+    case 27: return "Not Ready";
+    case 28: return "GPU not found";
+    case 29: return "Invalid state";
+    case 30: return "Reset type not supported";
+    case 999: return "Unknown Error";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    nvmlReturn_t rc = begin_plain(SYM_nvmlSystemGetDriverVersion, 0);
+    if (rc == NVML_SUCCESS)
+        rc = copy_str(version, length, g_env.driver_version);
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    nvmlReturn_t rc = begin_plain(SYM_nvmlSystemGetNVMLVersion, 0);
+    if (rc == NVML_SUCCESS) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "13.%s", g_env.driver_version);
+        rc = copy_str(version, length, buf);
+    }
+    return leave(rc);
+}
+
+static nvmlReturn_t cuda_version(enum sym s, int *v)
+{
+    nvmlReturn_t rc = begin_plain(s, 0);
+    if (rc == NVML_SUCCESS) {
+        if (!v)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *v = 13000;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    return cuda_version(SYM_nvmlSystemGetCudaDriverVersion, cudaDriverVersion);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    return cuda_version(SYM_nvmlSystemGetCudaDriverVersion_v2,
+                        cudaDriverVersion);
+}
+
+/* ------------------------------------------------------------------ */
+/* Enumeration and identity                                            */
+/* ------------------------------------------------------------------ */
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    nvmlReturn_t rc = begin_plain(SYM_nvmlDeviceGetCount_v2, 1);
+    if (rc == NVML_SUCCESS) {
+        if (!deviceCount)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *deviceCount = g_env.gpu_count;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index,
+                                           nvmlDevice_t *device)
+{
+    nvmlReturn_t rc = begin_plain(SYM_nvmlDeviceGetHandleByIndex_v2, 1);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!device || index >= g_env.gpu_count)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpu_is_lost(index))
+        return leave(NVML_ERROR_GPU_IS_LOST);
+    *device = &g_phys[index];
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    nvmlReturn_t rc = begin_plain(SYM_nvmlDeviceGetHandleByUUID, 1);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!uuid || !device)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    char buf[96];
+    for (unsigned g = 0; g < g_env.gpu_count; g++) {
+        nvmlDevice_t found = NULL;
+        gpu_uuid(g, buf, sizeof buf);
+        if (strcasecmp(buf, uuid) == 0)
+            found = &g_phys[g];
+        const struct mig_cfg *m = mig_of(g);
+        for (unsigned k = 0; !found && m->enabled && k < m->n; k++) {
+            mig_uuid(g, m->gi[k].gi_id, buf, sizeof buf);
+            if (strcasecmp(buf, uuid) == 0)
+                found = &g_mig_handles[g][m->gi[k].gi_id];
+        }
+        if (found) {
+            if (gpu_is_lost(g))
+                return leave(NVML_ERROR_GPU_IS_LOST);
+            *device = found;
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId,
+                                              nvmlDevice_t *device)
+{
+    nvmlReturn_t rc = begin_plain(SYM_nvmlDeviceGetHandleByPciBusId_v2, 1);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!pciBusId || !device)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned dom = 0, bus, dev, fn;
+    char extra;
+    if (sscanf(pciBusId, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &extra) != 4) {
+        dom = 0;
+        if (sscanf(pciBusId, "%x:%x.%x%c", &bus, &dev, &fn, &extra) != 3)
+            return leave(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    for (unsigned g = 0; g < g_env.gpu_count; g++) {
+        if (dom == 0 && bus == gpu_bus(g) && dev == 0 && fn == 0) {
+            if (gpu_is_lost(g))
+                return leave(NVML_ERROR_GPU_IS_LOST);
+            *device = &g_phys[g];
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc =
+        begin_dev(SYM_nvmlDeviceGetIndex, device, &r, PHYS_ONLY, KEY_NONE);
+    if (rc == NVML_SUCCESS) {
+        if (!index)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *index = r.gpu;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name,
+                               unsigned int length)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc =
+        begin_dev(SYM_nvmlDeviceGetName, device, &r, ANY, KEY_NONE);
+    if (rc == NVML_SUCCESS)
+        rc = copy_str(name, length, gpu_name(r.gpu));
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid,
+                               unsigned int length)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc =
+        begin_dev(SYM_nvmlDeviceGetUUID, device, &r, ANY, KEY_NONE);
+    if (rc == NVML_SUCCESS) {
+        char buf[96];
+        if (r.is_mig)
+            mig_uuid(r.gpu, r.gi->gi_id, buf, sizeof buf);
+        else
+            gpu_uuid(r.gpu, buf, sizeof buf);
+        rc = copy_str(uuid, length, buf);
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial,
+                                 unsigned int length)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc =
+        begin_dev(SYM_nvmlDeviceGetSerial, device, &r, PHYS_ONLY, KEY_SERIAL);
+    if (rc == NVML_SUCCESS) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "165092400%04u", r.gpu);
+        rc = copy_str(serial, length, buf);
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version,
+                                       unsigned int length)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetVbiosVersion, device, &r,
+                                PHYS_ONLY, KEY_VBIOS);
+    if (rc == NVML_SUCCESS)
+        rc = copy_str(version, length, VBIOS_VERSION);
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetPciInfo_v3, device, &r,
+                                PHYS_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!pci)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0",
+             gpu_bus(r.gpu));
+    /* Same text cut to the 16-byte legacy field (no terminator). */
+    memcpy(pci->busIdLegacy, pci->busId, sizeof pci->busIdLegacy);
+    pci->domain = 0;
+    pci->bus = gpu_bus(r.gpu);
+    pci->device = 0;
+    pci->pciDeviceId = 0x233010DEu;
+    pci->pciSubSystemId = 0x16C110DEu;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device,
+                                      unsigned int *minorNumber)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetMinorNumber, device, &r,
+                                PHYS_ONLY, KEY_MINOR);
+    if (rc == NVML_SUCCESS) {
+        if (!minorNumber)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *minorNumber = g_env.minor[r.gpu] >= 0
+                               ? (unsigned)g_env.minor[r.gpu]
+                               : r.gpu;
+    }
+    return leave(rc);
+}
+
+/* ------------------------------------------------------------------ */
+/* Utilization, memory, power, clocks, temperature                     */
+/* ------------------------------------------------------------------ */
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                           nvmlUtilization_t *utilization)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetUtilizationRates, device, &r,
+                                PHYS_ONLY, KEY_UTIL);
+    if (rc == NVML_SUCCESS) {
+        if (!utilization) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            unsigned gpu = 10u + 10u * r.gpu;
+            utilization->gpu = gpu > 100u ? 100u : gpu;
+            utilization->memory = 5u + r.gpu;
+        }
+    }
+    return leave(rc);
+}
+
+static nvmlReturn_t codec_util(enum sym s, int key, unsigned base,
+                               nvmlDevice_t device, unsigned int *util,
+                               unsigned int *period)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(s, device, &r, PHYS_ONLY, key);
+    if (rc == NVML_SUCCESS) {
+        if (!util || !period) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            *util = base + r.gpu;
+            *period = 167000u;
+        }
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device,
+                                             unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs)
+{
+    return codec_util(SYM_nvmlDeviceGetEncoderUtilization, KEY_ENC, 1, device,
+                      utilization, samplingPeriodUs);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device,
+                                             unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs)
+{
+    return codec_util(SYM_nvmlDeviceGetDecoderUtilization, KEY_DEC, 2, device,
+                      utilization, samplingPeriodUs);
+}
+
+struct mem_values {
+    unsigned long long total, reserved, used, free;
+};
+
+static void memory_of(const struct dev_ref *r, struct mem_values *m)
+{
+    if (r->is_mig) {
+        m->total = r->gi->profile->memory_mb * MIB;
+        m->reserved = 0;
+        m->used = 100ull * r->gi->gi_id * MIB;
+    } else {
+        m->total = GPU_MEMORY_TOTAL;
+        m->reserved = GPU_MEMORY_RESERVED;
+        m->used = 1024ull * (r->gpu + 1ull) * MIB;
+    }
+    m->free = m->total - m->reserved - m->used;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc =
+        begin_dev(SYM_nvmlDeviceGetMemoryInfo, device, &r, ANY, KEY_MEMORY);
+    if (rc == NVML_SUCCESS) {
+        if (!memory) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            struct mem_values m;
+            memory_of(&r, &m);
+            memory->total = m.total;
+            memory->free = m.free;
+            memory->used = m.used + m.reserved; /* v1 counts reserved */
+        }
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
+                                        nvmlMemory_v2_t *memory)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetMemoryInfo_v2, device, &r,
+                                ANY, KEY_MEMORY_V2);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!memory)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (memory->version != NVML_MEMORY_V2_VERSION)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    struct mem_values m;
+    memory_of(&r, &m);
+    memory->total = m.total;
+    memory->reserved = m.reserved;
+    memory->free = m.free;
+    memory->used = m.used;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetPowerUsage, device, &r,
+                                PHYS_ONLY, KEY_POWER);
+    if (rc == NVML_SUCCESS) {
+        if (!power)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *power = 16365u + 1000u * r.gpu;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                 unsigned long long *energy)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetTotalEnergyConsumption,
+                                device, &r, PHYS_ONLY, KEY_ENERGY);
+    if (rc == NVML_SUCCESS) {
+        if (!energy) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            *energy = 1000000ull + 1000ull * r.gpu +
+                      ENERGY_STEP_MJ * g_energy_reads[r.gpu];
+            g_energy_reads[r.gpu]++;
+        }
+    }
+    return leave(rc);
+}
+
+static nvmlReturn_t clock_query(enum sym s, const unsigned table[4],
+                                int per_gpu, nvmlDevice_t device,
+                                unsigned type, unsigned int *clock)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(s, device, &r, PHYS_ONLY, KEY_CLOCK);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!clock || type > 3)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *clock = table[type] + (per_gpu && type <= 1 ? r.gpu : 0u);
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type,
+                                    unsigned int *clock)
+{
+    static const unsigned current[4] = {1410, 1410, 1593, 1275};
+    return clock_query(SYM_nvmlDeviceGetClockInfo, current, 1, device, type,
+                       clock);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type,
+                                       unsigned int *clock)
+{
+    static const unsigned maximum[4] = {1980, 1980, 2619, 1755};
+    return clock_query(SYM_nvmlDeviceGetMaxClockInfo, maximum, 0, device, type,
+                       clock);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
+                                      unsigned int sensorType,
+                                      unsigned int *temp)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetTemperature, device, &r,
+                                PHYS_ONLY, KEY_TEMP);
+    if (rc == NVML_SUCCESS) {
+        if (!temp || sensorType != 0)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *temp = 30u + r.gpu;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device,
+                                       nvmlTemperature_v1_t *temperature)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetTemperatureV, device, &r,
+                                PHYS_ONLY, KEY_TEMP);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!temperature)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (temperature->version != NVML_TEMPERATURE_V1_VERSION)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (temperature->sensorType != 0)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    temperature->temperature = 30 + (int)r.gpu;
+    return leave(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------ */
+/* Field values, PCIe, processes                                       */
+/* ------------------------------------------------------------------ */
+
+static long long now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000ll + ts.tv_nsec / 1000;
+}
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+                                      nvmlFieldValue_t *values)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetFieldValues, device, &r,
+                                PHYS_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!values || valuesCount <= 0)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    long long ts = now_us();
+    for (int k = 0; k < valuesCount; k++) {
+        nvmlFieldValue_t *v = &values[k];
+        memset(&v->value, 0, sizeof v->value);
+        v->timestamp = ts;
+        v->latencyUsec = 0;
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        v->nvmlReturn = NVML_SUCCESS;
+        switch (v->fieldId) {
+        case NVML_FI_DEV_MEMORY_TEMP:
+            if (key_not_supported(r.gpu, KEY_MEMTEMP))
+                v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            else
+                v->value.uiVal = 40u + r.gpu;
+            break;
+        case NVML_FI_DEV_ECC_SBE_VOL_TOTAL:
+        case NVML_FI_DEV_ECC_DBE_VOL_TOTAL:
+        case NVML_FI_DEV_ECC_SBE_AGG_TOTAL:
+        case NVML_FI_DEV_ECC_DBE_AGG_TOTAL:
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+            v->value.ullVal = r.gpu;
+            break;
+        case NVML_FI_DEV_REMAPPED_COR:
+        case NVML_FI_DEV_REMAPPED_UNC:
+        case NVML_FI_DEV_REMAPPED_FAILURE:
+            v->value.uiVal = 0;
+            break;
+        default:
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            break;
+        }
+    }
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device,
+                                            unsigned int *value)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetPcieReplayCounter, device,
+                                &r, PHYS_ONLY, KEY_PCIE_REPLAY);
+    if (rc == NVML_SUCCESS) {
+        if (!value)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *value = r.gpu;
+    }
+    return leave(rc);
+}
+
+static nvmlReturn_t running_processes(enum sym s, nvmlDevice_t device,
+                                      unsigned int *infoCount,
+                                      nvmlProcessInfo_v3_t *infos)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(s, device, &r, ANY, KEY_PROCESSES);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!infoCount)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* Physical GPUs with an even index run one process; MIG handles none. */
+    unsigned n = (!r.is_mig && r.gpu % 2u == 0u) ? 1u : 0u;
+    if (*infoCount < n) {
+        *infoCount = n;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    if (n && !infos)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned k = 0; k < n; k++) {
+        infos[k].pid = 4000u + r.gpu;
+        infos[k].usedGpuMemory = 256ull * MIB;
+        infos[k].gpuInstanceId = 0xFFFFFFFFu;
+        infos[k].computeInstanceId = 0xFFFFFFFFu;
+    }
+    *infoCount = n;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(
+    nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v3_t *infos)
+{
+    return running_processes(SYM_nvmlDeviceGetComputeRunningProcesses_v3,
+                             device, infoCount, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(
+    nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v3_t *infos)
+{
+    return running_processes(SYM_nvmlDeviceGetGraphicsRunningProcesses_v3,
+                             device, infoCount, infos);
+}
+
+/* ------------------------------------------------------------------ */
+/* MIG                                                                 */
+/* ------------------------------------------------------------------ */
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device,
+                                  unsigned int *currentMode,
+                                  unsigned int *pendingMode)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc =
+        begin_dev(SYM_nvmlDeviceGetMigMode, device, &r, PHYS_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!currentMode || !pendingMode)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned on = mig_of(r.gpu)->enabled ? 1u : 0u;
+    *currentMode = on;
+    *pendingMode = on;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device,
+                                         unsigned int *isMigDevice)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceIsMigDeviceHandle, device, &r,
+                                ANY, KEY_NONE);
+    if (rc == NVML_SUCCESS) {
+        if (!isMigDevice)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *isMigDevice = r.is_mig ? 1u : 0u;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device,
+                                            unsigned int *count)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetMaxMigDeviceCount, device, &r,
+                                PHYS_ONLY, KEY_NONE);
+    if (rc == NVML_SUCCESS) {
+        if (!count)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *count = mig_of(r.gpu)->enabled ? MAX_MIG_INSTANCES : 0u;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
+                                                 unsigned int index,
+                                                 nvmlDevice_t *migDevice)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetMigDeviceHandleByIndex,
+                                device, &r, ANY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (r.is_mig || !migDevice)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    const struct mig_cfg *m = mig_of(r.gpu);
+    if (!m->enabled || index >= m->n)
+        return leave(NVML_ERROR_NOT_FOUND);
+    *migDevice = &g_mig_handles[r.gpu][m->gi[index].gi_id];
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetGpuInstanceId, device, &r,
+                                MIG_ONLY, KEY_NONE);
+    if (rc == NVML_SUCCESS) {
+        if (!id)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *id = r.gi->gi_id;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device,
+                                            unsigned int *id)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetComputeInstanceId, device, &r,
+                                MIG_ONLY, KEY_NONE);
+    if (rc == NVML_SUCCESS) {
+        if (!id)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *id = 0;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t
+nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                             nvmlDevice_t *device)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc =
+        begin_dev(SYM_nvmlDeviceGetDeviceHandleFromMigDeviceHandle, migDevice,
+                  &r, MIG_ONLY, KEY_NONE);
+    if (rc == NVML_SUCCESS) {
+        if (!device)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *device = &g_phys[r.gpu];
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
+                                        nvmlDeviceAttributes_t *attributes)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetAttributes_v2, device, &r,
+                                MIG_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!attributes)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    const struct gi_profile *p = r.gi->profile;
+    memset(attributes, 0, sizeof *attributes);
+    attributes->multiprocessorCount = p->sms;
+    attributes->sharedCopyEngineCount = p->copy_engines;
+    attributes->sharedDecoderCount = p->decoders;
+    attributes->sharedEncoderCount = 0;
+    attributes->sharedJpegCount = p->jpegs;
+    attributes->sharedOfaCount = p->ofas;
+    attributes->gpuInstanceSliceCount = p->slices;
+    attributes->computeInstanceSliceCount = p->slices;
+    attributes->memorySizeMB = p->memory_mb;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                          nvmlGpuInstance_t *gpuInstance)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetGpuInstanceById, device, &r,
+                                PHYS_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!gpuInstance)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!mig_of(r.gpu)->enabled)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (id >= MAX_GI_ID || !find_gi(r.gpu, id))
+        return leave(NVML_ERROR_NOT_FOUND);
+    *gpuInstance = &g_gi_handles[r.gpu][id];
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance,
+                                    nvmlGpuInstanceInfo_t *info)
+{
+    enter(SYM_nvmlGpuInstanceGetInfo, 1);
+    if (!g_refcount)
+        return leave(NVML_ERROR_UNINITIALIZED);
+    uintptr_t p = (uintptr_t)gpuInstance;
+    uintptr_t base = (uintptr_t)g_gi_handles;
+    if (p < base || p >= base + sizeof g_gi_handles ||
+        (p - base) % sizeof g_gi_handles[0][0])
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    size_t idx = (p - base) / sizeof g_gi_handles[0][0];
+    unsigned g = (unsigned)(idx / MAX_GI_ID);
+    const struct gi_cfg *gi =
+        g < g_env.gpu_count ? find_gi(g, (unsigned)(idx % MAX_GI_ID)) : NULL;
+    if (!gi || !info)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpu_is_lost(g))
+        return leave(NVML_ERROR_GPU_IS_LOST);
+    memset(info, 0, sizeof *info);
+    info->device = &g_phys[g];
+    info->id = gi->gi_id;
+    info->profileId = gi->profile->id;
+    info->placement.start = gi->start;
+    info->placement.size = gi->profile->slices;
+    return leave(NVML_SUCCESS);
+}
+
+static void fill_profile_v1(const struct gi_profile *p,
+                            nvmlGpuInstanceProfileInfo_t *info)
+{
+    memset(info, 0, sizeof *info);
+    info->id = p->id;
+    info->isP2pSupported = 0;
+    info->sliceCount = p->slices;
+    info->instanceCount = p->instance_count;
+    info->multiprocessorCount = p->sms;
+    info->copyEngineCount = p->copy_engines;
+    info->decoderCount = p->decoders;
+    info->encoderCount = 0;
+    info->jpegCount = p->jpegs;
+    info->ofaCount = p->ofas;
+    info->memorySizeMB = p->memory_mb;
+}
+
+static void fill_profile_v2(const struct gi_profile *p,
+                            nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    nvmlGpuInstanceProfileInfo_t v1;
+    fill_profile_v1(p, &v1);
+    unsigned version = info->version;
+    memset(info, 0, sizeof *info);
+    info->version = version;
+    info->id = v1.id;
+    info->isP2pSupported = v1.isP2pSupported;
+    info->sliceCount = v1.sliceCount;
+    info->instanceCount = v1.instanceCount;
+    info->multiprocessorCount = v1.multiprocessorCount;
+    info->copyEngineCount = v1.copyEngineCount;
+    info->decoderCount = v1.decoderCount;
+    info->encoderCount = v1.encoderCount;
+    info->jpegCount = v1.jpegCount;
+    info->ofaCount = v1.ofaCount;
+    info->memorySizeMB = v1.memorySizeMB;
+    snprintf(info->name, sizeof info->name, "%s", p->name);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(
+    nvmlDevice_t device, unsigned int profile,
+    nvmlGpuInstanceProfileInfo_t *info)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetGpuInstanceProfileInfo, device,
+                                &r, PHYS_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!info)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    const struct gi_profile *p = profile_by_enum(profile);
+    if (!mig_of(r.gpu)->enabled || !p)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    fill_profile_v1(p, info);
+    return leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t profile_info_v2(enum sym s, nvmlDevice_t device,
+                                    const struct gi_profile *p,
+                                    nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(s, device, &r, PHYS_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!info)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (info->version != NVML_GI_PROFILE_INFO_V2_VERSION)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (!mig_of(r.gpu)->enabled || !p)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    fill_profile_v2(p, info);
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(
+    nvmlDevice_t device, unsigned int profile,
+    nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    return profile_info_v2(SYM_nvmlDeviceGetGpuInstanceProfileInfoV, device,
+                           profile_by_enum(profile), info);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(
+    nvmlDevice_t device, unsigned int profileId,
+    nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    return profile_info_v2(SYM_nvmlDeviceGetGpuInstanceProfileInfoByIdV,
+                           device, profile_by_id(profileId), info);
+}
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device,
+                                       nvmlGpmSupport_t *gpmSupport)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlGpmQueryDeviceSupport, device, &r,
+                                ANY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!gpmSupport)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    gpmSupport->isSupportedDevice = 0;
+    return leave(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------ */
+/* Control functions for tests                                         */
+/* ------------------------------------------------------------------ */
+
+void fake_nvml_reset(void)
+{
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    load_env();
+    memset(g_calls, 0, sizeof g_calls);
+    g_total_calls = 0;
+    memset(g_energy_reads, 0, sizeof g_energy_reads);
+    for (unsigned g = 0; g < MAX_GPUS; g++)
+        g_lost_ovr[g] = -1;
+    memset(g_ns_on, 0, sizeof g_ns_on);
+    memset(g_ns_off, 0, sizeof g_ns_off);
+    memset(g_mig_ovr_set, 0, sizeof g_mig_ovr_set);
+    memset(g_mig_ovr, 0, sizeof g_mig_ovr);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Message for the last rejected configuration or control call, or "". */
+const char *fake_nvml_last_error(void)
+{
+    static char copy[sizeof g_last_error];
+    pthread_mutex_lock(&g_lock);
+    memcpy(copy, g_last_error, sizeof copy);
+    pthread_mutex_unlock(&g_lock);
+    return copy;
+}
+
+void fake_nvml_set_lost(unsigned index, int lost)
+{
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    if (index >= MAX_GPUS)
+        snprintf(g_last_error, sizeof g_last_error,
+                 "set_lost: GPU index %u out of range", index);
+    else
+        g_lost_ovr[index] = lost ? 1 : 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void fake_nvml_set_not_supported(unsigned index, const char *key, int on)
+{
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    int k = key ? key_from_name(key, strlen(key)) : -1;
+    if (index >= MAX_GPUS) {
+        snprintf(g_last_error, sizeof g_last_error,
+                 "set_not_supported: GPU index %u out of range", index);
+    } else if (k < 0) {
+        set_error("set_not_supported: unknown key '%s'", key ? key : "(null)");
+    } else if (on) {
+        g_ns_on[index] |= 1u << k;
+        g_ns_off[index] &= ~(1u << k);
+    } else {
+        g_ns_off[index] |= 1u << k;
+        g_ns_on[index] &= ~(1u << k);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+int fake_nvml_set_mig(unsigned index, const char *spec)
+{
+    struct mig_cfg m;
+    int rc = 0;
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    if (index >= MAX_GPUS) {
+        snprintf(g_last_error, sizeof g_last_error,
+                 "set_mig: GPU index %u out of range", index);
+        rc = -1;
+    } else if (!spec) {
+        memset(&g_mig_ovr[index], 0, sizeof g_mig_ovr[index]);
+        g_mig_ovr_set[index] = 1;
+    } else if (parse_mig_list(spec, spec + strlen(spec), &m) != 0) {
+        set_error("set_mig: bad spec '%s'", spec);
+        rc = -1;
+    } else {
+        g_mig_ovr[index] = m;
+        g_mig_ovr_set[index] = 1;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+unsigned long long fake_nvml_calls(const char *symbol)
+{
+    unsigned long long n = 0;
+    pthread_mutex_lock(&g_lock);
+    for (int s = 0; symbol && s < SYM_COUNT; s++)
+        if (strcmp(SYM_NAMES[s], symbol) == 0)
+            n = g_calls[s];
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+unsigned long long fake_nvml_total_calls(void)
+{
+    pthread_mutex_lock(&g_lock);
+    unsigned long long n = g_total_calls;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+/* Current nvmlInit* refcount (0 when the library is not initialized). */
+unsigned fake_nvml_init_refcount(void)
+{
+    pthread_mutex_lock(&g_lock);
+    unsigned n = g_refcount;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+/* The i-th NVML symbol this library implements, or NULL past the end. */
+const char *fake_nvml_symbol_name(unsigned i)
+{
+    return i < SYM_COUNT ? SYM_NAMES[i] : NULL;
+}
+
+/* The i-th FAKE_NVML_NOT_SUPPORTED key, or NULL past the end. */
+const char *fake_nvml_key_name(unsigned i)
+{
+    return i < KEY_COUNT ? KEY_NAMES[i] : NULL;
+}
