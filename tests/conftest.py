@@ -19,3 +19,12 @@ def require_tool(name: str) -> str:
             pytest.fail(f"CI=true and {message}")
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libnvidia-ml.so.1, built by gcc from tests/fake_nvml/fake_nvml.c."""
+    require_tool("gcc")
+    from tests.fake_nvml.build import build_fake_nvml
+
+    return build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))

@@ -77,6 +77,15 @@ def error_reason(error: pynvml.NVMLError) -> str:
     return name.removeprefix("NVMLError_") if name != "NVMLError" else f"code_{error.value}"
 
 
+def call_key(source: Source) -> object:
+    """Sources that one NVML call answers share a key: the call is made once per pass."""
+    if isinstance(source, DeviceCall):
+        return (source.function, source.args)
+    if isinstance(source, MemoryInfo):
+        return "memory"
+    return source
+
+
 def text(raw: Any) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
 
@@ -91,7 +100,7 @@ class _DeviceReader:
         self._uuid = uuid
         self._errors = errors
         self._gpu_index = gpu_index
-        self._cache: dict[Source, Any] = {}
+        self._cache: dict[object, Any] = {}
         self._field_values: dict[int, int | float] | None = None
 
     def call(self, key: object, fn: Callable[[], Any]) -> Any:
@@ -111,11 +120,12 @@ class _DeviceReader:
 
     def read(self, spec: FieldSpec) -> FieldValue | None:
         source = spec.source
-        if source in self._cache:
-            raw = self._cache[source]
+        key = call_key(source)
+        if key in self._cache:
+            raw = self._cache[key]
         else:
             raw = self._read_source(source)
-            self._cache[source] = raw
+            self._cache[key] = raw
         if raw is None:
             return None
         if isinstance(source, DeviceCall) and source.pick is not None:
@@ -130,7 +140,7 @@ class _DeviceReader:
         handle = self._handle
         if isinstance(source, DeviceCall):
             fn = getattr(pynvml, source.function)
-            return self.call(source, lambda: fn(handle, *source.args))
+            return self.call(call_key(source), lambda: fn(handle, *source.args))
         if isinstance(source, MemoryInfo):
             return self._memory()
         if isinstance(source, NvmlFieldValue):

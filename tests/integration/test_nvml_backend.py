@@ -1,0 +1,214 @@
+"""The real pynvml code path against the fake libnvidia-ml.so.1 built by the suite.
+
+The library is loaded once into this process (a soname can be loaded only once), configured
+per test through its environment variables and control functions.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpu_enricher.collector import Collector, CollectorOptions
+from gpu_enricher.counters import parse_counters
+from gpu_enricher.fields import IMPLEMENTED
+from gpu_enricher.model import NodeSnapshot
+from gpu_enricher.nvml import NvmlBackend
+from tests.fake_nvml.build import FakeNvml
+
+ALL = frozenset(IMPLEMENTED)
+MIB = 1 << 20
+UUID0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
+UUID1 = "GPU-fa4e0001-7953-256e-8f33-1343419b1a1c"
+FAKE_ENV = ("FAKE_NVML_GPU_COUNT", "FAKE_NVML_MIG", "FAKE_NVML_NOT_SUPPORTED", "FAKE_NVML_LOST",
+            "FAKE_NVML_MINOR", "FAKE_NVML_DRIVER_VERSION", "FAKE_NVML_INIT_ERROR",
+            "FAKE_NVML_DEVICE_DELAY_US")
+
+_loaded: dict[str, FakeNvml] = {}
+
+
+@pytest.fixture
+def fake(fake_nvml_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvml]:
+    lib = _loaded.get("lib")
+    if lib is None:
+        lib = _loaded["lib"] = FakeNvml(fake_nvml_path)
+    for name in FAKE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    lib.reset()
+    yield lib
+
+
+def open_backend(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, **env: str) -> NvmlBackend:
+    for key, value in env.items():
+        monkeypatch.setenv(f"FAKE_NVML_{key.upper()}", value)
+    fake.reset()
+    backend = NvmlBackend()
+    backend.open()
+    return backend
+
+
+@pytest.fixture
+def backends() -> Iterator[list[NvmlBackend]]:
+    opened: list[NvmlBackend] = []
+    yield opened
+    for backend in opened:
+        backend.close()
+
+
+def sample(backend: NvmlBackend) -> NodeSnapshot:
+    return backend.sample(ALL)
+
+
+def test_identity_values_and_units(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch,
+                                   backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, gpu_count="2")
+    backends.append(backend)
+    snap = sample(backend)
+    assert snap.driver_version == "580.105.08"
+    g0, g1 = snap.gpus
+    assert (g0.identity.index, g0.identity.uuid, g0.identity.pci_bus_id,
+            g0.identity.model_name, g0.identity.minor_number) == (
+        0, UUID0, "00000000:18:00.0", "NVIDIA H100 80GB HBM3", 0)
+    assert g1.identity.uuid == UUID1 and g1.identity.pci_bus_id == "00000000:28:00.0"
+    v = g0.values
+    assert v["DCGM_FI_DEV_GPU_UTIL"] == 10 and g1.values["DCGM_FI_DEV_GPU_UTIL"] == 20
+    assert v["DCGM_FI_DEV_MEM_COPY_UTIL"] == 5
+    assert (v["DCGM_FI_DEV_ENC_UTIL"], v["DCGM_FI_DEV_DEC_UTIL"]) == (1, 2)
+    # One v2 memory call: used excludes reserved.
+    assert (v["DCGM_FI_DEV_FB_TOTAL"], v["DCGM_FI_DEV_FB_RESERVED"], v["DCGM_FI_DEV_FB_USED"],
+            v["DCGM_FI_DEV_FB_FREE"]) == (81920, 512, 1024, 81920 - 512 - 1024)
+    assert v["DCGM_FI_DEV_POWER_USAGE"] == pytest.approx(16.365)
+    assert isinstance(v["DCGM_FI_DEV_POWER_USAGE"], float)
+    assert int(v["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]) >= 1_000_000
+    assert (v["DCGM_FI_DEV_SM_CLOCK"], v["DCGM_FI_DEV_MEM_CLOCK"]) == (1410, 1593)
+    assert (v["DCGM_FI_DEV_GPU_TEMP"], v["DCGM_FI_DEV_MEMORY_TEMP"]) == (30, 40)
+    assert (v["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"], g1.values["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"]) \
+        == (0, 1)
+    assert v["DCGM_FI_DRIVER_VERSION"] == "580.105.08"
+    ecc = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+    assert (v[ecc], g1.values[ecc]) == (0, 1)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in v
+    assert [(p.pid, p.used_memory_bytes) for p in g0.processes] == [(4000, 256 * MIB)]
+    assert g1.processes == ()
+    assert fake.calls("nvmlDeviceGetMemoryInfo_v2") == 2
+    assert fake.calls("nvmlDeviceGetMemoryInfo") == 0
+    assert fake.calls("nvmlDeviceGetFieldValues") == 2, "one batched call per GPU"
+    assert fake.calls("nvmlDeviceGetUtilizationRates") == 2, "GPU_UTIL and MEM_COPY share it"
+    assert snap.errors == ()
+
+
+def test_memory_v1_fallback_on_old_drivers(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch,
+                                           backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, not_supported="0:memory_v2")
+    backends.append(backend)
+    g0, g1 = sample(backend).gpus
+    # v1's used includes reserved; reserved itself is unknown.
+    assert g0.values["DCGM_FI_DEV_FB_USED"] == 1024 + 512
+    assert "DCGM_FI_DEV_FB_RESERVED" not in g0.values
+    assert g0.values["DCGM_FI_DEV_FB_FREE"] == 81920 - 512 - 1024
+    assert g1.values["DCGM_FI_DEV_FB_RESERVED"] == 512
+    sample(backend)
+    assert fake.calls("nvmlDeviceGetMemoryInfo_v2") == 1 + 2, "v2 not retried on GPU 0"
+
+
+def test_not_supported_removes_one_series_only(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch,
+                                               backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, not_supported="0:power,1:memtemp")
+    backends.append(backend)
+    g0, g1 = sample(backend).gpus
+    assert "DCGM_FI_DEV_POWER_USAGE" not in g0.values
+    assert g1.values["DCGM_FI_DEV_POWER_USAGE"] == pytest.approx(17.365)
+    assert "DCGM_FI_DEV_MEMORY_TEMP" not in g1.values and g1.values["DCGM_FI_DEV_GPU_TEMP"] == 31
+    assert g0.healthy and g1.healthy
+    assert len(g0.values) == len(g1.values)
+    calls = fake.calls("nvmlDeviceGetPowerUsage")
+    snap = sample(backend)
+    assert fake.calls("nvmlDeviceGetPowerUsage") == calls + 1, "unsupported call not repeated"
+    assert snap.errors == (), "NOT_SUPPORTED is not an error"
+
+
+def test_lost_gpu_is_isolated_counted_and_retried(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, gpu_count="3")
+    backends.append(backend)
+    healthy = sample(backend)
+    fake.set_lost(1, True)
+    snap = sample(backend)
+    g0, g1, g2 = snap.gpus
+    assert not g1.healthy and g1.values == {}
+    assert g1.identity == healthy.gpus[1].identity, "a lost GPU keeps its last known labels"
+    assert g0.values == healthy.gpus[0].values | {
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": g0.values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]}
+    assert g2.healthy and g2.values["DCGM_FI_DEV_GPU_TEMP"] == 32
+    assert [(e.reason, e.gpu_index) for e in snap.errors] == [("GpuIsLost", 1)]
+    fake.set_lost(1, False)
+    assert sample(backend).gpus[1].healthy, "retried on the next pass"
+
+
+def test_gpu_lost_from_the_start(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch,
+                                 backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, gpu_count="2", lost="1")
+    backends.append(backend)
+    g0, g1 = sample(backend).gpus
+    assert g0.healthy and not g1.healthy
+    assert g1.identity.index == 1 and g1.identity.uuid == ""
+
+
+def test_mig_instances_profiles_memory_and_reconfiguration(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, gpu_count="2", mig="1=1:9,2:19")
+    backends.append(backend)
+    g0, g1 = sample(backend).gpus
+    assert not g0.mig_enabled and g0.instances == ()
+    assert g1.mig_enabled and g1.identity.model_name == "NVIDIA A100-SXM4-80GB"
+    assert [(i.gpu_instance_id, i.profile) for i in g1.instances] == [(1, "3g.40gb"),
+                                                                      (2, "1g.10gb")]
+    inst1, inst2 = g1.instances
+    assert inst1.uuid.startswith("MIG-")
+    assert (inst1.values["DCGM_FI_DEV_FB_TOTAL"], inst1.values["DCGM_FI_DEV_FB_USED"]) == \
+        (40192, 100)
+    assert (inst2.values["DCGM_FI_DEV_FB_TOTAL"], inst2.values["DCGM_FI_DEV_FB_USED"]) == \
+        (9984, 200)
+    assert "DCGM_FI_DEV_GPU_TEMP" not in inst1.values, "device-level fields come from the parent"
+    fake.set_mig(1, "3:0")  # mig-parted at run time
+    g1 = sample(backend).gpus[1]
+    assert [(i.gpu_instance_id, i.profile) for i in g1.instances] == [(3, "7g.80gb")]
+
+
+CSV = """DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).
+DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).
+DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).
+DCGM_FI_DRIVER_VERSION, label, Driver Version
+"""
+
+
+async def test_exposition_through_the_collector(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NVML_GPU_COUNT", "3")
+    monkeypatch.setenv("FAKE_NVML_MIG", "1=1:9")
+    monkeypatch.setenv("FAKE_NVML_LOST", "2")
+    fake.reset()
+    collector = Collector(NvmlBackend(), CollectorOptions(
+        interval_seconds=1, hostname="node-a", counters=parse_counters(CSV, "t.csv")))
+    await collector.open_backend()
+    try:
+        await collector.collect_once()
+        text = collector.exposition.text.decode()
+    finally:
+        collector.backend.close()
+    base0 = (f'gpu="0",UUID="{UUID0}",pci_bus_id="00000000:18:00.0",device="nvidia0",'
+             'modelName="NVIDIA H100 80GB HBM3",Hostname="node-a",'
+             'DCGM_FI_DRIVER_VERSION="580.105.08"')
+    mig = (f'gpu="1",UUID="{UUID1}",pci_bus_id="00000000:28:00.0",device="nvidia1",'
+           'modelName="NVIDIA A100-SXM4-80GB",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1",'
+           'Hostname="node-a",DCGM_FI_DRIVER_VERSION="580.105.08"')
+    assert f"DCGM_FI_DEV_POWER_USAGE{{{base0}}} 16.365000\n" in text
+    assert f"DCGM_FI_DEV_POWER_USAGE{{{mig}}} 17.365000\n" in text
+    assert f"DCGM_FI_DEV_FB_USED{{{mig}}} 100\n" in text
+    assert f"DCGM_FI_DEV_GPU_UTIL{{{base0}}} 10\n" in text
+    assert 'GPU_I_ID="1",Hostname="node-a",DCGM_FI_DRIVER_VERSION="580.105.08"} 0' not in text
+    assert text.count("DCGM_FI_DEV_GPU_UTIL{") == 1, "no GPU_UTIL per MIG instance"
+    assert 'gpu="2"' not in text.split("# HELP gpu_enricher")[0], "lost GPU: no DCGM series"
+    assert 'gpu_enricher_gpu_up{gpu="2",UUID="",' in text
+    assert f'gpu_enricher_gpu_up{{gpu="0",UUID="{UUID0}"' in text
+    assert 'gpu_enricher_collection_errors_total{source="nvml",reason="GpuIsLost"} 1' in text

@@ -1,0 +1,133 @@
+"""The installed entry point as an operator runs it: a real process, real HTTP, real signals."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+class Exporter:
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
+        full_env.update(env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpu_enricher", "-a", f"127.0.0.1:{self.port}", *args],
+            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.started = time.monotonic()
+
+    def wait_listening(self) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.communicate()
+            try:
+                get(self.base + "/health")
+                return
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.05)
+        raise AssertionError("exporter never listened")
+
+    def wait_ready(self) -> float:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.communicate()
+            try:
+                if get(self.base + "/ready")[0] == 200:
+                    return time.monotonic() - self.started
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.05)
+        raise AssertionError("exporter never ready")
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=15)
+        return self.proc.returncode, err
+
+
+@pytest.fixture
+def exporters() -> Iterator[list[Exporter]]:
+    started: list[Exporter] = []
+    yield started
+    for exp in started:
+        if exp.proc.poll() is None:
+            exp.proc.kill()
+            exp.proc.communicate()
+
+
+def test_simulated_node_serves_dcgm_metrics(exporters: list[Exporter]) -> None:
+    exp = Exporter(["--simulate", "-c", "200"], {"NODE_NAME": "sim-node"})
+    exporters.append(exp)
+    exp.wait_ready()
+    status, body = get(exp.base + "/metrics")
+    assert status == 200
+    assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0",' in body and 'Hostname="sim-node"' in body
+    assert 'GPU_I_PROFILE="3g.40gb"' in body
+    assert 'backend="simulated"' in body
+    code, _ = exp.stop()
+    assert code == 0
+
+
+def test_fake_nvml_node_with_eight_gpus(exporters: list[Exporter], fake_nvml_path: Path) -> None:
+    exp = Exporter(["-c", "200"], {"LD_LIBRARY_PATH": str(fake_nvml_path.parent),
+                                   "FAKE_NVML_GPU_COUNT": "8", "FAKE_NVML_LOST": "5",
+                                   "NODE_NAME": "gpu-node"})
+    exporters.append(exp)
+    exp.wait_ready()
+    _, body = get(exp.base + "/metrics")
+    gpus = {line.split('gpu="')[1].split('"')[0]
+            for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")}
+    assert gpus == {"0", "1", "2", "3", "4", "6", "7"}, "GPU 5 is lost, the others report"
+    assert 'gpu_enricher_gpu_up{gpu="5",' in body and 'backend="nvml"' in body
+    code, err = exp.stop()
+    assert code == 0, err
+    # The fake has no GPM: the profiling lines of the bundled file are skipped, one warning each.
+    assert err.count("DCGM_FI_PROF_GR_ENGINE_ACTIVE cannot be delivered") == 1
+
+
+def test_without_usable_nvml_stays_up_not_ready_and_says_why(
+        exporters: list[Exporter], fake_nvml_path: Path) -> None:
+    # The fake answers nvmlInit with NVML_ERROR_DRIVER_NOT_LOADED, as a node without driver does.
+    exp = Exporter([], {"LD_LIBRARY_PATH": str(fake_nvml_path.parent),
+                        "FAKE_NVML_INIT_ERROR": "9"})
+    exporters.append(exp)
+    exp.wait_listening()
+    time.sleep(3.5)  # several retries with backoff (1 s, 2 s, …)
+    assert exp.proc.poll() is None, "the process stays up"
+    status, text = get(exp.base + "/ready")
+    assert status == 503 and "nvml backend unavailable" in text
+    _, body = get(exp.base + "/metrics")
+    assert 'gpu_enricher_source_up{source="nvml"} 0' in body
+    retries = [line for line in body.splitlines()
+               if line.startswith('gpu_enricher_collection_errors_total{source="nvml",'
+                                  'reason="DriverNotLoaded"}')]
+    assert retries and int(retries[0].rsplit(" ", 1)[1]) >= 2, body
+    assert "DCGM_FI_" not in body
+    code, err = exp.stop()
+    assert code == 0
+    assert err.count("NVML initialisation failed") == 1, "one log line, not one per retry"
