@@ -41,9 +41,9 @@ async def _collector_task(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-def make_app(config: Config, counters: tuple[CounterLine, ...],
-             backend: GpuBackend | None = None) -> web.Application:
-    collector = Collector(
+def make_collector(config: Config, counters: tuple[CounterLine, ...],
+                   backend: GpuBackend | None = None) -> Collector:
+    return Collector(
         backend if backend is not None else make_backend(config),
         CollectorOptions(
             interval_seconds=config.interval_seconds,
@@ -51,6 +51,10 @@ def make_app(config: Config, counters: tuple[CounterLine, ...],
             counters=counters,
         ),
     )
+
+
+def make_app(collector: Collector) -> web.Application:
+    """The HTTP app, owning the collection loop's task for its whole life."""
     app = build_app(collector)
     app.cleanup_ctx.append(_collector_task)
     return app
@@ -58,7 +62,7 @@ def make_app(config: Config, counters: tuple[CounterLine, ...],
 
 def run(config: Config, counters: tuple[CounterLine, ...],
         backend: GpuBackend | None = None) -> None:
-    app = make_app(config, counters, backend)
+    app = make_app(make_collector(config, counters, backend))
     where = f"{config.host or '0.0.0.0'}:{config.port}"
     log.info("serving /metrics on %s (backend %s, every %d ms)", where,
              app[COLLECTOR_KEY].backend.name, config.collect_interval_ms)

@@ -30,6 +30,9 @@ class CollectorOptions:
     counters: tuple[CounterLine, ...]
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 60.0
+    stall_seconds: float | None = None
+    """A backend call running longer than this fails /health (a hung driver); default
+    max(60 s, 10 intervals)."""
 
 
 class Collector:
@@ -47,7 +50,8 @@ class Collector:
         self.plan: CounterPlan | None = None
         self.snapshot: NodeSnapshot | None = None
         self.ready = False
-        self.last_heartbeat = time.monotonic()
+        self.running = False
+        self._call_started: float | None = None
         self._opened = False
         self._backend_error: str | None = None
         self._collections = 0
@@ -78,14 +82,28 @@ class Collector:
         return Exposition.from_families(families)
 
     # -- backend lifecycle ---------------------------------------------------------------
+    @property
+    def stall_limit_seconds(self) -> float:
+        if self.options.stall_seconds is not None:
+            return self.options.stall_seconds
+        return max(60.0, 10 * self.options.interval_seconds)
+
+    def stalled_for(self) -> float:
+        """How long the backend call in progress has been running (0 when none is)."""
+        started = self._call_started
+        return 0.0 if started is None else time.monotonic() - started
+
     async def _call(self, fn: Callable[[], object]) -> object:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        self._call_started = time.monotonic()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        finally:
+            self._call_started = None
 
     async def open_backend(self) -> None:
         """Open the backend, retrying with capped exponential backoff and jitter."""
         delay = self.options.retry_initial_seconds
         while True:
-            self.last_heartbeat = time.monotonic()
             try:
                 await self._call(self.backend.open)
             except BackendUnavailable as exc:
@@ -140,12 +158,12 @@ class Collector:
 
     async def run(self) -> None:
         """Open the backend, then collect at a fixed rate, skipping slots a slow pass missed."""
+        self.running = True
         try:
             await self.open_backend()
             interval = self.options.interval_seconds
             next_due = time.monotonic()
             while True:
-                self.last_heartbeat = time.monotonic()
                 try:
                     await self.collect_once()
                 except Exception:  # a bug in one pass must not end collection for good
@@ -157,5 +175,6 @@ class Collector:
                     next_due = now + interval - ((now - next_due) % interval)
                 await asyncio.sleep(next_due - now)
         finally:
+            self.running = False
             await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.close)
             self._executor.shutdown(wait=False)

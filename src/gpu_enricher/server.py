@@ -1,7 +1,6 @@
 """HTTP endpoints. `/metrics` hands out the collector's pre-rendered bytes and nothing else."""
 
 import html
-import time
 from typing import Final
 
 from aiohttp import web
@@ -40,11 +39,6 @@ def wants_gzip(accept_encoding: str) -> bool:
     return False
 
 
-def stall_limit_seconds(collector: Collector) -> float:
-    """How long the loop may go without a heartbeat before /health fails (a hung driver)."""
-    return max(60.0, 10 * collector.options.interval_seconds)
-
-
 async def handle_metrics(request: web.Request) -> web.Response:
     headers = request.headers
     om = wants_openmetrics(headers.get("Accept", ""))
@@ -55,9 +49,12 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 async def handle_health(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR_KEY]
-    age = time.monotonic() - collector.last_heartbeat
-    if age > stall_limit_seconds(collector):
-        return web.Response(status=503, text=f"collection loop stalled for {age:.0f}s\n")
+    if not collector.running:
+        return web.Response(status=503, text="collection loop is not running\n")
+    stalled = collector.stalled_for()
+    if stalled > collector.stall_limit_seconds:
+        return web.Response(status=503, text=f"a {collector.backend.name} call has been "
+                            f"running for {stalled:.0f}s (hung driver?)\n")
     return web.Response(text="ok\n")
 
 

@@ -1,6 +1,7 @@
 """The real aiohttp server on a real socket: negotiation, gzip, readiness, no I/O per scrape."""
 
 import asyncio
+import dataclasses
 import gzip
 import threading
 from collections.abc import AsyncIterator
@@ -11,7 +12,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from gpu_enricher.app import make_app
+from gpu_enricher.app import make_app, make_collector
 from gpu_enricher.backend import BackendUnavailable
 from gpu_enricher.cli import default_counters_path
 from gpu_enricher.config import Config
@@ -49,8 +50,12 @@ def config(interval_ms: int = 60_000) -> Config:
                   collect_interval_ms=interval_ms, hostname="node-a", simulate="builtin")
 
 
-async def serve(backend: SimulatedBackend, interval_ms: int = 60_000) -> TestServer:
-    app = make_app(config(interval_ms), load_counters(default_counters_path()), backend)
+async def serve(backend: SimulatedBackend, interval_ms: int = 60_000,
+                stall_seconds: float | None = None) -> TestServer:
+    collector = make_collector(config(interval_ms), load_counters(default_counters_path()),
+                               backend)
+    collector.options = dataclasses.replace(collector.options, stall_seconds=stall_seconds)
+    app = make_app(collector)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     return server
@@ -166,4 +171,25 @@ async def test_unusable_backend_keeps_serving_and_says_why(http: aiohttp.ClientS
         assert 'gpu_enricher_collection_errors_total{source="nvml",reason="LibraryNotFound"} 1' \
             in body
     finally:
+        await server.close()
+
+
+async def test_health_fails_when_a_backend_call_hangs(http: aiohttp.ClientSession) -> None:
+    backend = GatedBackend()  # the first pass blocks: a hung driver
+    server = await serve(backend, stall_seconds=0.3)
+    try:
+        async with http.get(server.make_url("/health")) as resp:
+            assert resp.status == 200
+        await asyncio.sleep(0.5)
+        async with http.get(server.make_url("/health")) as resp:
+            assert resp.status == 503
+            assert "hung driver" in await resp.text()
+        async with http.get(server.make_url("/metrics")) as resp:
+            assert resp.status == 200, "scrapes are still answered"
+        backend.gate.set()
+        await wait_ready(http, server)
+        async with http.get(server.make_url("/health")) as resp:
+            assert resp.status == 200
+    finally:
+        backend.gate.set()
         await server.close()
