@@ -14,6 +14,7 @@ import pynvml
 from .backend import BackendUnavailable
 from .fields import (
     IMPLEMENTED,
+    PROFILING_FIELDS,
     DeviceCall,
     FieldSpec,
     GpmMetric,
@@ -32,6 +33,7 @@ from .model import (
     ProcessSample,
     SampleError,
 )
+from .nvml_gpm import GpmSampler, SampleKey, device_supports_gpm
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,7 @@ class _DeviceReader:
         self._gpu_index = gpu_index
         self._cache: dict[object, Any] = {}
         self._field_values: dict[int, int | float] | None = None
+        self.gpm: dict[int, float] = {}
 
     def call(self, key: object, fn: Callable[[], Any]) -> Any:
         """Run one NVML query; None when unsupported or failed (recorded)."""
@@ -147,7 +150,7 @@ class _DeviceReader:
             return self._field_value(source.field_id)
         if isinstance(source, SystemCall):
             return self._backend.system_value(source.function)
-        return None  # GpmMetric: not delivered by this backend yet
+        return self.gpm.get(source.metric_id)
 
     def _memory(self) -> Any:
         # v2 separates `reserved` from `used`; v1 (old drivers) folds it into `used`.
@@ -206,6 +209,8 @@ class NvmlBackend:
         self._identities: dict[int, DeviceIdentity] = {}
         self._profile_names: dict[str, dict[int, str]] = {}
         self._system: dict[str, str | None] = {}
+        self._gpm = GpmSampler()
+        self._gpm_devices: dict[str, bool] = {}  # UUID → supports GPM
         self._open = False
 
     def open(self) -> None:
@@ -217,18 +222,29 @@ class NvmlBackend:
             ) from None
         self._open = True
         self._system.clear()
+        self._gpm_devices.clear()
+        try:
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = text(pynvml.nvmlDeviceGetUUID(handle))
+                self._gpm_devices[uuid] = device_supports_gpm(handle)
+        except pynvml.NVMLError as exc:  # a lost GPU: its fields show up when it returns
+            log.debug("GPM support check stopped: %s", exc)
 
     def close(self) -> None:
         if self._open:
             self._open = False
+            self._gpm.close()
             try:
                 pynvml.nvmlShutdown()
             except pynvml.NVMLError as exc:
                 log.debug("nvmlShutdown failed: %s", exc)
 
     def deliverable_fields(self) -> frozenset[str]:
-        # GPM (profiling on Hopper+) is not read by this backend yet.
-        return frozenset(n for n, s in IMPLEMENTED.items() if not isinstance(s.source, GpmMetric))
+        """Profiling fields need NVML GPM (Hopper and newer) on at least one GPU."""
+        if any(self._gpm_devices.values()):
+            return frozenset(IMPLEMENTED)
+        return frozenset(IMPLEMENTED) - PROFILING_FIELDS
 
     def system_value(self, function: str) -> str | None:
         """Node-wide strings (driver version): fixed while NVML stays initialised."""
@@ -248,6 +264,7 @@ class NvmlBackend:
             errors.append(SampleError(SOURCE, error_reason(exc)))
             count = max(self._identities, default=-1) + 1
         gpus = tuple(self._sample_gpu(i, specs, errors) for i in range(count))
+        self._gpm.prune()
         driver = self.system_value("nvmlSystemGetDriverVersion") or ""
         return NodeSnapshot(gpus=gpus, driver_version=driver, errors=tuple(errors))
 
@@ -284,6 +301,7 @@ class NvmlBackend:
             reader.prefetch_field_values(
                 s.source.field_id for s in specs if isinstance(s.source, NvmlFieldValue)
             )
+            reader.gpm = self._gpm_metrics(handle, (ident.uuid, None), specs, errors, index)
             values: dict[str, FieldValue] = {}
             for spec in specs:
                 value = reader.read(spec)
@@ -299,6 +317,27 @@ class NvmlBackend:
         except GpuFailed as exc:
             return self._failed(index, exc.reason, str(exc), errors)
         return GpuSnapshot(ident, True, None, values, mig_enabled, instances, processes)
+
+    def _gpm_metrics(self, handle: Any, key: SampleKey, specs: list[FieldSpec],
+                     errors: list[SampleError], index: int) -> dict[int, float]:
+        ids = sorted({s.source.metric_id for s in specs if isinstance(s.source, GpmMetric)})
+        uuid = key[0]
+        if not ids or (uuid, ("gpm", key[1])) in self.unsupported:
+            return {}
+        if uuid not in self._gpm_devices:  # a GPU that appeared (or returned) after open
+            self._gpm_devices[uuid] = device_supports_gpm(handle)
+        if not self._gpm_devices[uuid]:
+            return {}
+        try:
+            return self._gpm.metrics(handle, key, ids)
+        except pynvml.NVMLError as exc:
+            if exc.value in _GPU_FATAL:
+                raise GpuFailed(exc) from None
+            if exc.value in _UNSUPPORTED:
+                self.unsupported.add((uuid, ("gpm", key[1])))
+            else:
+                errors.append(SampleError(SOURCE, error_reason(exc), index))
+            return {}
 
     def _failed(self, index: int, reason: str, message: str,
                 errors: list[SampleError]) -> GpuSnapshot:
@@ -338,6 +377,7 @@ class NvmlBackend:
             ci = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
             mig_uuid = text(pynvml.nvmlDeviceGetUUID(mig))
             reader = _DeviceReader(self, mig, mig_uuid, errors, index)
+            reader.gpm = self._gpm_metrics(parent, (parent_uuid, gi), instance_specs, errors, index)
             values = {s.name: v for s in instance_specs if (v := reader.read(s)) is not None}
             profile = self._profile_name(parent, parent_uuid, gi, errors, index)
             by_gi[gi] = GpuInstance(gi, ci, profile, mig_uuid, values)

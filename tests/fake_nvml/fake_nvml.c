@@ -349,7 +349,12 @@ static int key_from_name(const char *s, size_t len)
     X(nvmlDeviceGetGpuInstanceProfileInfo)          \
     X(nvmlDeviceGetGpuInstanceProfileInfoV)         \
     X(nvmlDeviceGetGpuInstanceProfileInfoByIdV)     \
-    X(nvmlGpmQueryDeviceSupport)
+    X(nvmlGpmQueryDeviceSupport)                    \
+    X(nvmlGpmSampleAlloc)                           \
+    X(nvmlGpmSampleFree)                            \
+    X(nvmlGpmSampleGet)                             \
+    X(nvmlGpmMigSampleGet)                          \
+    X(nvmlGpmMetricsGet)
 
 #define SYM_ENUM(name) SYM_##name,
 enum sym { FAKE_NVML_SYMBOLS(SYM_ENUM) SYM_COUNT };
@@ -380,6 +385,7 @@ struct config {
     struct mig_cfg mig[MAX_GPUS];
     uint32_t not_supported[MAX_GPUS]; /* bit per enum ns_key */
     unsigned char lost[MAX_GPUS];
+    unsigned char gpm[MAX_GPUS]; /* FAKE_NVML_GPM: GPUs that support GPM */
     long minor[MAX_GPUS]; /* -1: default (= index) */
     char driver_version[80];
     int init_error;
@@ -512,8 +518,8 @@ static int parse_env_uint(const char *name, unsigned long max,
     return 0;
 }
 
-/* Parse "i,j,k" (FAKE_NVML_LOST). */
-static int parse_lost(const char *s, struct config *c)
+/* Parse "i,j,k" (FAKE_NVML_LOST, FAKE_NVML_GPM) into per-GPU flags. */
+static int parse_index_list(const char *s, unsigned char *flags)
 {
     const char *p = skip_ws(s);
     if (!*p)
@@ -523,7 +529,7 @@ static int parse_lost(const char *s, struct config *c)
         p = parse_uint(p, MAX_GPUS - 1, &g);
         if (!p)
             return -1;
-        c->lost[g] = 1;
+        flags[g] = 1;
         if (!*p)
             return 0;
         if (*p != ',')
@@ -659,8 +665,13 @@ static int load_env(void)
     }
 
     s = getenv("FAKE_NVML_LOST");
-    if (s && parse_lost(s, &c) != 0) {
+    if (s && parse_index_list(s, c.lost) != 0) {
         set_error("bad %s=%s", "FAKE_NVML_LOST", s);
+        bad = 1;
+    }
+    s = getenv("FAKE_NVML_GPM");
+    if (s && parse_index_list(s, c.gpm) != 0) {
+        set_error("bad %s=%s", "FAKE_NVML_GPM", s);
         bad = 1;
     }
     s = getenv("FAKE_NVML_NOT_SUPPORTED");
@@ -1785,7 +1796,152 @@ nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device,
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION)
         return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
-    gpmSupport->isSupportedDevice = 0;
+    gpmSupport->isSupportedDevice = g_env.gpm[r.gpu];
+    return leave(NVML_SUCCESS);
+}
+
+/* GPM samples: a metric needs two samples of the same GPU (or GPU instance), older first. */
+#define GPM_METRICS_GET_VERSION 1u
+#define GPM_METRIC_MAX 477u
+#define GPM_SAMPLE_MAGIC 0x47504d53u
+
+struct fake_gpm_sample {
+    unsigned magic;
+    int filled;
+    unsigned gpu;
+    int gi; /* -1: the whole GPU */
+    unsigned long long seq;
+};
+typedef struct fake_gpm_sample *nvmlGpmSample_t;
+
+typedef struct {
+    const char *shortName;
+    const char *longName;
+    const char *unit;
+} nvmlGpmMetricInfo_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    nvmlGpmMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+static unsigned long long g_gpm_seq;
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample)
+{
+    enter(SYM_nvmlGpmSampleAlloc, 0);
+    if (!g_refcount)
+        return leave(NVML_ERROR_UNINITIALIZED);
+    if (!sample)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    struct fake_gpm_sample *s = calloc(1, sizeof *s);
+    if (!s)
+        return leave(NVML_ERROR_UNKNOWN);
+    s->magic = GPM_SAMPLE_MAGIC;
+    s->gi = -1;
+    *sample = s;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample)
+{
+    enter(SYM_nvmlGpmSampleFree, 0);
+    if (!sample || sample->magic != GPM_SAMPLE_MAGIC)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    sample->magic = 0;
+    free(sample);
+    return leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t gpm_take(enum sym s, nvmlDevice_t device, int gi,
+                             nvmlGpmSample_t sample)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(s, device, &r, PHYS_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!sample || sample->magic != GPM_SAMPLE_MAGIC)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g_env.gpm[r.gpu])
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (gi >= 0 && !find_gi(r.gpu, (unsigned)gi))
+        return leave(NVML_ERROR_NOT_FOUND);
+    sample->filled = 1;
+    sample->gpu = r.gpu;
+    sample->gi = gi;
+    sample->seq = ++g_gpm_seq;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample)
+{
+    return gpm_take(SYM_nvmlGpmSampleGet, device, -1, sample);
+}
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
+                                 nvmlGpmSample_t sample)
+{
+    if (gpuInstanceId >= MAX_GI_ID)
+        return gpm_take(SYM_nvmlGpmMigSampleGet, device, (int)MAX_GI_ID, sample);
+    return gpm_take(SYM_nvmlGpmMigSampleGet, device, (int)gpuInstanceId, sample);
+}
+
+/* Percent metrics: a base per metric, + GPU index, + half the GI id on an instance. */
+static int gpm_base(unsigned id, double *base)
+{
+    switch (id) {
+    case 1: *base = 60.0; return 0;   /* GRAPHICS_UTIL */
+    case 2: *base = 50.0; return 0;   /* SM_UTIL */
+    case 3: *base = 30.0; return 0;   /* SM_OCCUPANCY */
+    case 5: *base = 25.0; return 0;   /* ANY_TENSOR_UTIL */
+    case 10: *base = 20.0; return 0;  /* DRAM_BW_UTIL */
+    case 11: *base = 1.0; return 0;   /* FP64_UTIL */
+    case 12: *base = 12.0; return 0;  /* FP32_UTIL */
+    case 13: *base = 13.0; return 0;  /* FP16_UTIL */
+    case 20: *base = 100.0; return 0; /* PCIE_TX_PER_SEC, MiB/s */
+    case 21: *base = 200.0; return 0; /* PCIE_RX_PER_SEC, MiB/s */
+    default: return -1;
+    }
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m)
+{
+    enter(SYM_nvmlGpmMetricsGet, 1);
+    if (!g_refcount)
+        return leave(NVML_ERROR_UNINITIALIZED);
+    if (!m)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (m->version != GPM_METRICS_GET_VERSION)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    nvmlGpmSample_t a = m->sample1, b = m->sample2;
+    if (!a || !b || a->magic != GPM_SAMPLE_MAGIC || b->magic != GPM_SAMPLE_MAGIC ||
+        !a->filled || !b->filled || a->gpu != b->gpu || a->gi != b->gi ||
+        a->seq >= b->seq || m->numMetrics > GPM_METRIC_MAX)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpu_is_lost(a->gpu))
+        return leave(NVML_ERROR_GPU_IS_LOST);
+    for (unsigned k = 0; k < m->numMetrics; k++) {
+        double base;
+        nvmlGpmMetric_t *metric = &m->metrics[k];
+        memset(&metric->metricInfo, 0, sizeof metric->metricInfo);
+        if (gpm_base(metric->metricId, &base) != 0) {
+            metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            metric->value = 0.0;
+            continue;
+        }
+        metric->nvmlReturn = NVML_SUCCESS;
+        metric->value = base + a->gpu + (a->gi >= 0 ? 0.5 * a->gi : 0.0);
+    }
     return leave(NVML_SUCCESS);
 }
 

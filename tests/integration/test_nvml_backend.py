@@ -20,7 +20,7 @@ ALL = frozenset(IMPLEMENTED)
 MIB = 1 << 20
 UUID0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
 UUID1 = "GPU-fa4e0001-7953-256e-8f33-1343419b1a1c"
-FAKE_ENV = ("FAKE_NVML_GPU_COUNT", "FAKE_NVML_MIG", "FAKE_NVML_NOT_SUPPORTED", "FAKE_NVML_LOST",
+FAKE_ENV = ("FAKE_NVML_GPU_COUNT", "FAKE_NVML_GPM", "FAKE_NVML_MIG", "FAKE_NVML_NOT_SUPPORTED", "FAKE_NVML_LOST",
             "FAKE_NVML_MINOR", "FAKE_NVML_DRIVER_VERSION", "FAKE_NVML_INIT_ERROR",
             "FAKE_NVML_DEVICE_DELAY_US")
 
@@ -173,6 +173,38 @@ def test_mig_instances_profiles_memory_and_reconfiguration(
     fake.set_mig(1, "3:0")  # mig-parted at run time
     g1 = sample(backend).gpus[1]
     assert [(i.gpu_instance_id, i.profile) for i in g1.instances] == [(3, "7g.80gb")]
+
+
+def test_profiling_fields_through_gpm(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch,
+                                      backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, gpu_count="3", gpm="0,1", mig="1=1:9,2:19")
+    backends.append(backend)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in backend.deliverable_fields()
+    first = sample(backend)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in first.gpus[0].values, "a rate needs 2 samples"
+    g0, g1, g2 = sample(backend).gpus
+    # GPM percentages become DCGM's ratios; PCIe MiB/s becomes bytes/s.
+    assert g0.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.60)
+    assert g0.values["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"] == pytest.approx(0.25)
+    assert g0.values["DCGM_FI_PROF_DRAM_ACTIVE"] == pytest.approx(0.20)
+    assert g0.values["DCGM_FI_PROF_PCIE_TX_BYTES"] == pytest.approx(100 * MIB)
+    inst1, inst2 = g1.instances
+    assert inst1.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.615)
+    assert inst2.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.62)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in g2.values, "GPU 2 has no GPM: series absent"
+    assert g2.healthy and not sample(backend).errors
+    fake.set_mig(1, "1:9")
+    freed = fake.calls("nvmlGpmSampleFree")
+    sample(backend)
+    assert fake.calls("nvmlGpmSampleFree") == freed + 2, "the removed instance's samples freed"
+
+
+def test_no_gpm_means_no_profiling_fields(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch,
+                                          backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch)
+    backends.append(backend)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in backend.deliverable_fields()
+    assert "DCGM_FI_DEV_GPU_UTIL" in backend.deliverable_fields()
 
 
 CSV = """DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).
