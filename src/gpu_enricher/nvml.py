@@ -1,4 +1,4 @@
-"""The NVML backend: the only module that imports pynvml.
+"""The NVML backend (with `nvml_device.py` and `nvml_gpm.py`, the only pynvml importers).
 
 Every call here is blocking and runs on the collector's single NVML thread. Failures are
 recorded, never raised: `NOT_SUPPORTED` removes one series (and is remembered, so the call
@@ -6,197 +6,25 @@ is not repeated every pass), a lost GPU removes that GPU's series and is retried
 """
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any
 
 import pynvml
 
 from .backend import BackendUnavailable
-from .fields import (
-    IMPLEMENTED,
-    PROFILING_FIELDS,
-    DeviceCall,
-    FieldSpec,
-    GpmMetric,
-    MemoryInfo,
-    MigScope,
-    NvmlFieldValue,
-    Source,
-    SystemCall,
-)
-from .model import (
-    DeviceIdentity,
-    FieldValue,
-    GpuInstance,
-    GpuSnapshot,
-    NodeSnapshot,
-    ProcessSample,
-    SampleError,
+from .fields import IMPLEMENTED, PROFILING_FIELDS, FieldSpec, GpmMetric, MigScope, NvmlFieldValue
+from .model import DeviceIdentity, FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot, SampleError
+from .nvml_device import (
+    GPU_FATAL,
+    SOURCE,
+    UNSUPPORTED,
+    DeviceReader,
+    GpuFailed,
+    error_reason,
+    text,
 )
 from .nvml_gpm import GpmSampler, SampleKey, device_supports_gpm
 
 log = logging.getLogger(__name__)
-
-SOURCE: Final = "nvml"
-
-# Errors after which nothing more is asked of the GPU this pass: it is gone or broken.
-_GPU_FATAL: Final = frozenset({
-    pynvml.NVML_ERROR_GPU_IS_LOST,
-    pynvml.NVML_ERROR_UNKNOWN,
-    pynvml.NVML_ERROR_RESET_REQUIRED,
-    pynvml.NVML_ERROR_GPU_NOT_FOUND,
-    pynvml.NVML_ERROR_UNINITIALIZED,
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-})
-# Stable answers about a device's abilities: remembered per GPU UUID.
-_UNSUPPORTED: Final = frozenset({
-    pynvml.NVML_ERROR_NOT_SUPPORTED,
-    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-})
-_VALUE_READERS: Final[dict[int, Callable[[Any], int | float]]] = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: lambda v: float(v.dVal),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: lambda v: int(v.uiVal),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: lambda v: int(v.ulVal),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: lambda v: int(v.ullVal),
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: lambda v: int(v.sllVal),
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: lambda v: int(v.siVal),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: lambda v: int(v.usVal),
-}
-
-
-class GpuFailed(Exception):
-    """Raised inside a pass when a GPU answers with a fatal error."""
-
-    def __init__(self, error: pynvml.NVMLError) -> None:
-        super().__init__(str(error))
-        self.reason = error_reason(error)
-
-
-def error_reason(error: pynvml.NVMLError) -> str:
-    """`NVMLError_GpuIsLost` → `GpuIsLost`: short and bounded, usable as a label value."""
-    name = type(error).__name__
-    return name.removeprefix("NVMLError_") if name != "NVMLError" else f"code_{error.value}"
-
-
-def call_key(source: Source) -> object:
-    """Sources that one NVML call answers share a key: the call is made once per pass."""
-    if isinstance(source, DeviceCall):
-        return (source.function, source.args)
-    if isinstance(source, MemoryInfo):
-        return "memory"
-    return source
-
-
-def text(raw: Any) -> str:
-    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-
-
-class _DeviceReader:
-    """Reads sources of one device handle, each at most once per pass."""
-
-    def __init__(self, backend: "NvmlBackend", handle: Any, uuid: str, errors: list[SampleError],
-                 gpu_index: int) -> None:
-        self._backend = backend
-        self._handle = handle
-        self._uuid = uuid
-        self._errors = errors
-        self._gpu_index = gpu_index
-        self._cache: dict[object, Any] = {}
-        self._field_values: dict[int, int | float] | None = None
-        self.gpm: dict[int, float] = {}
-
-    def call(self, key: object, fn: Callable[[], Any]) -> Any:
-        """Run one NVML query; None when unsupported or failed (recorded)."""
-        if (self._uuid, key) in self._backend.unsupported:
-            return None
-        try:
-            return fn()
-        except pynvml.NVMLError as exc:
-            if exc.value in _GPU_FATAL:
-                raise GpuFailed(exc) from None
-            if exc.value in _UNSUPPORTED:
-                self._backend.unsupported.add((self._uuid, key))
-            else:
-                self._errors.append(SampleError(SOURCE, error_reason(exc), self._gpu_index))
-            return None
-
-    def read(self, spec: FieldSpec) -> FieldValue | None:
-        source = spec.source
-        key = call_key(source)
-        if key in self._cache:
-            raw = self._cache[key]
-        else:
-            raw = self._read_source(source)
-            self._cache[key] = raw
-        if raw is None:
-            return None
-        if isinstance(source, DeviceCall) and source.pick is not None:
-            raw = raw[source.pick] if isinstance(source.pick, int) else getattr(raw, source.pick)
-        elif isinstance(source, MemoryInfo):
-            raw = getattr(raw, source.pick, None)
-            if raw is None:
-                return None
-        return spec.convert(raw)
-
-    def _read_source(self, source: Source) -> Any:
-        handle = self._handle
-        if isinstance(source, DeviceCall):
-            fn = getattr(pynvml, source.function)
-            return self.call(call_key(source), lambda: fn(handle, *source.args))
-        if isinstance(source, MemoryInfo):
-            return self._memory()
-        if isinstance(source, NvmlFieldValue):
-            return self._field_value(source.field_id)
-        if isinstance(source, SystemCall):
-            return self._backend.system_value(source.function)
-        return self.gpm.get(source.metric_id)
-
-    def _memory(self) -> Any:
-        # v2 separates `reserved` from `used`; v1 (old drivers) folds it into `used`.
-        v2 = self.call(
-            "memory_v2",
-            lambda: pynvml.nvmlDeviceGetMemoryInfo(self._handle, version=pynvml.nvmlMemory_v2),
-        )
-        if v2 is not None:
-            return v2
-        return self.call("memory_v1", lambda: pynvml.nvmlDeviceGetMemoryInfo(self._handle))
-
-    def prefetch_field_values(self, ids: Iterable[int]) -> None:
-        """One `nvmlDeviceGetFieldValues` call for every field-value id of this device."""
-        wanted = sorted(set(ids))
-        self._field_values = {}
-        if not wanted:
-            return
-        result = self.call(
-            ("field_values", tuple(wanted)),
-            lambda: pynvml.nvmlDeviceGetFieldValues(self._handle, wanted),
-        )
-        for entry in result or ():
-            if entry.nvmlReturn != pynvml.NVML_SUCCESS:
-                continue
-            reader = _VALUE_READERS.get(entry.valueType)
-            if reader is not None:
-                self._field_values[int(entry.fieldId)] = reader(entry.value)
-
-    def _field_value(self, field_id: int) -> int | float | None:
-        if self._field_values is None:
-            self.prefetch_field_values([field_id])
-        assert self._field_values is not None
-        return self._field_values.get(field_id)
-
-    def processes(self) -> tuple[ProcessSample, ...]:
-        procs = self.call(
-            "processes", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
-        )
-        return tuple(
-            ProcessSample(
-                pid=int(p.pid),
-                used_memory_bytes=p.usedGpuMemory,
-                gpu_instance_id=None if p.gpuInstanceId == 0xFFFFFFFF else p.gpuInstanceId,
-            )
-            for p in procs or ()
-        )
 
 
 class NvmlBackend:
@@ -276,7 +104,7 @@ class NvmlBackend:
         try:
             minor: int | None = int(pynvml.nvmlDeviceGetMinorNumber(handle))
         except pynvml.NVMLError as exc:
-            if exc.value in _GPU_FATAL:
+            if exc.value in GPU_FATAL:
                 raise
             minor = None
         ident = DeviceIdentity(
@@ -297,7 +125,7 @@ class NvmlBackend:
         except pynvml.NVMLError as exc:
             return self._failed(index, error_reason(exc), str(exc), errors)
         try:
-            reader = _DeviceReader(self, handle, ident.uuid, errors, index)
+            reader = DeviceReader(self, handle, ident.uuid, errors, index)
             reader.prefetch_field_values(
                 s.source.field_id for s in specs if isinstance(s.source, NvmlFieldValue)
             )
@@ -331,9 +159,9 @@ class NvmlBackend:
         try:
             return self._gpm.metrics(handle, key, ids)
         except pynvml.NVMLError as exc:
-            if exc.value in _GPU_FATAL:
+            if exc.value in GPU_FATAL:
                 raise GpuFailed(exc) from None
-            if exc.value in _UNSUPPORTED:
+            if exc.value in UNSUPPORTED:
                 self.unsupported.add((uuid, ("gpm", key[1])))
             else:
                 errors.append(SampleError(SOURCE, error_reason(exc), index))
@@ -345,7 +173,7 @@ class NvmlBackend:
         ident = self._identities.get(index) or DeviceIdentity(index, "", "", "")
         return GpuSnapshot(ident, healthy=False, error=message)
 
-    def _mig_enabled(self, reader: _DeviceReader, handle: Any) -> bool:
+    def _mig_enabled(self, reader: DeviceReader, handle: Any) -> bool:
         mode = reader.call("mig_mode", lambda: pynvml.nvmlDeviceGetMigMode(handle))
         return bool(mode and mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
 
@@ -354,7 +182,7 @@ class NvmlBackend:
         try:
             return self._instances(parent, parent_uuid, specs, errors, index)
         except pynvml.NVMLError as exc:
-            if exc.value in _GPU_FATAL:
+            if exc.value in GPU_FATAL:
                 raise GpuFailed(exc) from None
             errors.append(SampleError(SOURCE, error_reason(exc), index))
             return ()
@@ -376,7 +204,7 @@ class NvmlBackend:
                 continue
             ci = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
             mig_uuid = text(pynvml.nvmlDeviceGetUUID(mig))
-            reader = _DeviceReader(self, mig, mig_uuid, errors, index)
+            reader = DeviceReader(self, mig, mig_uuid, errors, index)
             reader.gpm = self._gpm_metrics(parent, (parent_uuid, gi), instance_specs, errors, index)
             values = {s.name: v for s in instance_specs if (v := reader.read(s)) is not None}
             profile = self._profile_name(parent, parent_uuid, gi, errors, index)
@@ -389,7 +217,7 @@ class NvmlBackend:
         try:
             info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(parent, gi))
         except pynvml.NVMLError as exc:
-            if exc.value in _GPU_FATAL:
+            if exc.value in GPU_FATAL:
                 raise
             errors.append(SampleError(SOURCE, error_reason(exc), index))
             return ""
