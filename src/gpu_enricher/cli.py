@@ -198,6 +198,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
     no_hostname = switch("no-hostname")
     hostname = None if no_hostname else (env.get("NODE_NAME") or socket.gethostname())
     simulate, _ = _value(args, "simulate", env)
+    if simulate is not None and simulate.strip().lower() in _TRUE:  # GPU_ENRICHER_SIMULATE=true
+        simulate = BUILTIN_SCENARIO
+    elif simulate is not None and simulate.strip().lower() in _FALSE:
+        simulate = None
     config = Config(
         host=host,
         port=port,

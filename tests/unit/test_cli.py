@@ -112,3 +112,14 @@ def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
     with pytest.raises(SystemExit) as exit_info:
         main(["--no-such-flag"])
     assert exit_info.value.code == EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [(["--simulate"], {}, "builtin"), (["--simulate", "node.yaml"], {}, "node.yaml"),
+     ([], {"GPU_ENRICHER_SIMULATE": "true"}, "builtin"),
+     ([], {"GPU_ENRICHER_SIMULATE": "false"}, None),
+     ([], {"GPU_ENRICHER_SIMULATE": "/etc/node.yaml"}, "/etc/node.yaml"), ([], {}, None)],
+)
+def test_simulate_flag_and_env(argv: list[str], env: dict[str, str], expected: str | None) -> None:
+    assert parse_config(argv, env)[0].simulate == expected
