@@ -80,19 +80,25 @@ def _openmetrics_type(family: Family) -> str:
     return "unknown"
 
 
+def _append_samples(out: list[str], family: Family) -> None:
+    name = family.name
+    for s in family.samples:
+        labels = f"{{{s.labels}}}" if s.labels else ""
+        out.append(f"{name}{s.suffix}{labels} {s.value}\n")
+
+
 def render_text(families: Sequence[Family]) -> bytes:
     out: list[str] = []
     for family in families:
         if not family.samples:
             continue
-        name = family.name
         # Text format names the family after its samples (`x_total`), OpenMetrics does not.
-        header = name + family.samples[0].suffix if family.prom_type == "counter" else name
+        header = family.name
+        if family.prom_type == "counter":
+            header += family.samples[0].suffix
         out.append(f"# HELP {header} {_escape_help(family.help, False)}\n")
         out.append(f"# TYPE {header} {_text_type(family.prom_type)}\n")
-        for s in family.samples:
-            labels = f"{{{s.labels}}}" if s.labels else ""
-            out.append(f"{name}{s.suffix}{labels} {s.value}\n")
+        _append_samples(out, family)
     return "".join(out).encode()
 
 
@@ -101,12 +107,9 @@ def render_openmetrics(families: Sequence[Family]) -> bytes:
     for family in families:
         if not family.samples:
             continue
-        name = family.name
-        out.append(f"# TYPE {name} {_openmetrics_type(family)}\n")
-        out.append(f"# HELP {name} {_escape_help(family.help, True)}\n")
-        for s in family.samples:
-            labels = f"{{{s.labels}}}" if s.labels else ""
-            out.append(f"{name}{s.suffix}{labels} {s.value}\n")
+        out.append(f"# TYPE {family.name} {_openmetrics_type(family)}\n")
+        out.append(f"# HELP {family.name} {_escape_help(family.help, True)}\n")
+        _append_samples(out, family)
     out.append("# EOF\n")
     return "".join(out).encode()
 
