@@ -1,10 +1,12 @@
-"""Join a node snapshot with the counter plan into dcgm-exporter's labelled families. Pure."""
+"""Join a node snapshot, the counter plan and the pod attribution into dcgm-exporter's
+labelled families. Pure."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import names
 from .counters import CounterPlan
+from .devices import EMPTY_ATTRIBUTION, Attribution, EntityKey, Holder
 from .fields import IMPLEMENTED, MigScope
 from .model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
 from .render import Family, Sample, format_value, label_pairs
@@ -63,27 +65,51 @@ def _entity_labels(
     return label_pairs(pairs)
 
 
-def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None) -> list[Entity]:
+def _pod_labels(holder: Holder, vgpu: bool) -> str:
+    pairs = [(names.LABEL_CONTAINER, holder.container), (names.LABEL_NAMESPACE, holder.namespace),
+             (names.LABEL_POD, holder.pod)]
+    if vgpu and holder.replica is not None:
+        pairs.append((names.LABEL_VGPU, holder.replica))
+    return "," + label_pairs(pairs)
+
+
+def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, labels: str,
+                  holders: tuple[Holder, ...], virtual_gpus: bool) -> list[Entity]:
+    """Series of a held device carry its pod; a shared one carries either its first holder
+    (sorted: labels never flip between scrapes) or, with virtual GPUs, each holder in turn."""
+    if not holders:
+        return [Entity(gpu, inst, labels)]
+    if not virtual_gpus:
+        return [Entity(gpu, inst, labels + _pod_labels(holders[0], False))]
+    return [Entity(gpu, inst, labels + _pod_labels(h, True)) for h in holders]
+
+
+def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
+             attribution: Attribution = EMPTY_ATTRIBUTION,
+             virtual_gpus: bool = False) -> list[Entity]:
     """A MIG-enabled GPU is represented by its GPU instances (dcgm-exporter's `-d f`);
     one in MIG mode without instances keeps its GPU-level series so it stays visible."""
     result: list[Entity] = []
     for gpu in snapshot.gpus:
         if not gpu.healthy:
             continue
-        if gpu.mig_enabled and gpu.instances:
-            for inst in gpu.instances:
-                labels = _entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values)
-                result.append(Entity(gpu, inst, labels))
-        else:
-            labels = _entity_labels(gpu, None, hostname, plan.label_fields, gpu.values)
-            result.append(Entity(gpu, None, labels))
+        index = gpu.identity.index
+        parts: list[tuple[GpuInstance | None, EntityKey]] = (
+            [(inst, (index, inst.gpu_instance_id)) for inst in gpu.instances]
+            if gpu.mig_enabled and gpu.instances else [(None, (index, None))]
+        )
+        for inst, key in parts:
+            labels = _entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values)
+            result.extend(_with_holders(gpu, inst, labels, attribution.holders.get(key, ()),
+                                        virtual_gpus))
     return result
 
 
 def dcgm_families(
-    snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None
+    snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
+    attribution: Attribution = EMPTY_ATTRIBUTION, virtual_gpus: bool = False,
 ) -> list[Family]:
-    ents = entities(snapshot, plan, hostname)
+    ents = entities(snapshot, plan, hostname, attribution, virtual_gpus)
     families: list[Family] = []
     for metric in plan.metrics:
         scope = IMPLEMENTED[metric.name].mig
@@ -95,3 +121,25 @@ def dcgm_families(
             samples.append(Sample(ent.labels, format_value(value)))
         families.append(Family(metric.name, metric.prom_type, metric.help, tuple(samples)))
     return families
+
+
+def allocation_family(snapshot: NodeSnapshot, attribution: Attribution) -> Family:
+    """Every holder of every device, whatever the series show (shared devices included)."""
+    by_index = {g.identity.index: g for g in snapshot.gpus}
+    samples: list[Sample] = []
+    for (index, gi), holders in sorted(attribution.holders.items(),
+                                       key=lambda item: (item[0][0], item[0][1] or -1)):
+        gpu = by_index.get(index)
+        if gpu is None:
+            continue
+        ident = [(names.LABEL_GPU, str(index)), (names.LABEL_UUID, gpu.identity.uuid)]
+        if gi is not None:
+            ident.append((names.LABEL_GPU_I_ID, str(gi)))
+        for h in holders:
+            samples.append(Sample(label_pairs([
+                *ident, ("resource", h.resource), ("device_id", h.device_id),
+                (names.LABEL_NAMESPACE, h.namespace), (names.LABEL_POD, h.pod),
+                (names.LABEL_CONTAINER, h.container)]), "1"))
+    return Family(f"{names.SELF_PREFIX}device_allocation_info", "gauge",
+                  "A pod's container holds this device (time-slicing and MPS replicas included).",
+                  tuple(samples))

@@ -76,3 +76,22 @@ class NodeSnapshot:
     gpus: tuple[GpuSnapshot, ...]
     driver_version: str = ""
     errors: tuple[SampleError, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class PodAssignment:
+    """One container's devices of one resource, as the kubelet's pod-resources `List` says."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatableDevices:
+    """One resource's devices from `GetAllocatableResources`."""
+
+    resource: str
+    device_ids: tuple[str, ...]

@@ -17,6 +17,7 @@ LABEL_HOSTNAME: Final = "Hostname"
 LABEL_CONTAINER: Final = "container"
 LABEL_NAMESPACE: Final = "namespace"
 LABEL_POD: Final = "pod"
+LABEL_VGPU: Final = "vgpu"
 
 # Order: identity, MIG instance (only on instance series), Hostname, label-type fields
 # (sorted), then the pod labels that later stages append.

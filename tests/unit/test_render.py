@@ -6,9 +6,16 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from gpu_enricher.counters import parse_counters, plan_counters
+from gpu_enricher.devices import Attribution, attribute
 from gpu_enricher.fields import IMPLEMENTED
-from gpu_enricher.join import dcgm_families
-from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSnapshot
+from gpu_enricher.join import allocation_family, dcgm_families
+from gpu_enricher.model import (
+    DeviceIdentity,
+    GpuInstance,
+    GpuSnapshot,
+    NodeSnapshot,
+    PodAssignment,
+)
 from gpu_enricher.render import Exposition, Family, Sample, format_value, label_pairs
 from gpu_enricher.selfmetrics import SourceHealth, self_families
 
@@ -162,3 +169,51 @@ def test_empty_family_prints_nothing() -> None:
     assert Exposition.from_families([Family("x", "gauge", "h", ())]).text == b""
     assert Exposition.from_families([Family("x", "gauge", "h", (Sample("", "1"),))]).text == \
         b"# HELP x h\n# TYPE x gauge\nx 1\n"
+
+
+def attribution_fixture() -> Attribution:
+    return attribute(snapshot().gpus, [
+        PodAssignment("ml", "trainer-0", "cuda", "nvidia.com/gpu", (UUID0,)),
+        PodAssignment("web", "infer-b", "srv", "nvidia.com/mig-1g.10gb", ("MIG-bbb::1",)),
+        PodAssignment("web", "infer-a", "srv", "nvidia.com/mig-1g.10gb", ("MIG-bbb::0",)),
+    ])
+
+
+def test_pod_labels_only_on_held_devices_in_dcgm_order() -> None:
+    plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
+    fams = dcgm_families(snapshot(), plan, "node-a", attribution_fixture())
+    text = Exposition.from_families(fams).text.decode()
+    assert (f'DCGM_FI_DEV_FB_USED{{{ID0},container="cuda",namespace="ml",pod="trainer-0"}} 19762\n'
+            in text)
+    assert f"DCGM_FI_DEV_FB_USED{{{MIG1}}} 100\n" in text, "a free instance has no pod labels"
+    # A shared device carries its first holder in sorted order, never flipping.
+    assert f'DCGM_FI_DEV_FB_USED{{{MIG9},container="srv",namespace="web",pod="infer-a"}} 0\n' \
+        in text
+    assert "infer-b" not in text
+
+
+def test_virtual_gpus_repeat_series_per_holder() -> None:
+    plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
+    fams = dcgm_families(snapshot(), plan, "node-a", attribution_fixture(), virtual_gpus=True)
+    text = Exposition.from_families(fams).text.decode()
+    for pod, replica in (("infer-a", "0"), ("infer-b", "1")):
+        assert (f'DCGM_FI_DEV_GPU_TEMP{{{MIG9},container="srv",namespace="web",pod="{pod}",'
+                f'vgpu="{replica}"}} 31\n') in text
+    assert f'DCGM_FI_DEV_GPU_TEMP{{{ID0},container="cuda",namespace="ml",pod="trainer-0"}} 30\n' \
+        in text, "an exclusively held GPU has no vgpu label"
+    assert parse_text(text), "still a valid exposition"
+
+
+def test_allocation_info_lists_every_holder() -> None:
+    family = allocation_family(snapshot(), attribution_fixture())
+    lines = Exposition.from_families([family]).text.decode().splitlines()[2:]
+    assert lines == [
+        f'gpu_enricher_device_allocation_info{{gpu="0",UUID="{UUID0}",resource="nvidia.com/gpu",'
+        f'device_id="{UUID0}",namespace="ml",pod="trainer-0",container="cuda"}} 1',
+        f'gpu_enricher_device_allocation_info{{gpu="1",UUID="{UUID1}",GPU_I_ID="9",'
+        'resource="nvidia.com/mig-1g.10gb",device_id="MIG-bbb::0",namespace="web",pod="infer-a",'
+        'container="srv"} 1',
+        f'gpu_enricher_device_allocation_info{{gpu="1",UUID="{UUID1}",GPU_I_ID="9",'
+        'resource="nvidia.com/mig-1g.10gb",device_id="MIG-bbb::1",namespace="web",pod="infer-b",'
+        'container="srv"} 1',
+    ]

@@ -1,0 +1,160 @@
+"""Kubelet device IDs → this node's GPUs and MIG instances. Pure: no I/O, no logging.
+
+The forms real clusters produce (podresources-api.md): `GPU-<uuid>`, `<uuid>::<n>` (time-slicing
+or MPS replica), `MIG-<uuid>` (resolved through NVML's MIG device UUIDs), `MIG-<uuid>::<n>`,
+legacy `MIG-GPU-<uuid>/<gi>/<ci>`, and GKE's `nvidia<N>`, `nvidia<N>/vgpu<K>`, `nvidia<N>/gi<M>`,
+`nvidia<N>/gi<M>/vgpu<K>`. GKE's N is the `/dev/nvidia<N>` minor number, which can differ from
+the NVML index: matching uses the minor number (dcgm-exporter uses the index and mislabels such
+nodes); the `device` label keeps dcgm-exporter's `nvidia<index>`.
+"""
+
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from .model import GpuSnapshot, PodAssignment
+
+NVIDIA_GPU: Final = "nvidia.com/gpu"
+NVIDIA_MIG_PREFIX: Final = "nvidia.com/mig-"
+
+_REPLICA = re.compile(r"^(?P<base>.+)::(?P<replica>\d+)$")
+_BARE_UUID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+_LEGACY_MIG = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-fA-F-]+)/(?P<gi>\d+)/(?P<ci>\d+)$")
+_GKE = re.compile(r"^nvidia(?P<minor>\d+)(?:/gi(?P<gi>\d+))?(?:/vgpu(?P<vgpu>\d+))?$")
+
+EntityKey = tuple[int, int | None]
+"""(NVML index of the GPU, GPU instance id or None for the whole GPU): one set of series."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """A parsed device ID: which GPU (by UUID or minor number), which instance, which replica."""
+
+    gpu_uuid: str | None = None
+    mig_uuid: str | None = None
+    minor: int | None = None
+    gpu_instance: int | None = None
+    replica: str | None = None
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Holder:
+    """One (pod, container) holding one device ID; ordered for a deterministic choice."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+    replica: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    holders: Mapping[EntityKey, tuple[Holder, ...]]
+    """Every holder of every entity, sorted; an entity without holders is absent."""
+    unmatched: tuple[str, ...] = ()
+    """Device IDs of considered resources that name nothing on this node, or no known form."""
+
+    def primary(self, key: EntityKey) -> Holder | None:
+        """The holder whose labels a shared device carries without virtual GPUs: the first
+        in sorted order, so labels never flip between scrapes."""
+        found = self.holders.get(key)
+        return found[0] if found else None
+
+
+EMPTY_ATTRIBUTION: Final = Attribution({})
+
+
+def is_gpu_resource(resource: str, extra_names: Collection[str] = ()) -> bool:
+    """`nvidia.com/gpu`, every `nvidia.com/mig-*`, and `--nvidia-resource-names`."""
+    return resource == NVIDIA_GPU or resource.startswith(NVIDIA_MIG_PREFIX) or \
+        resource in extra_names
+
+
+def parse_device_id(device_id: str) -> DeviceRef | None:
+    """One of the known forms, or None."""
+    replica: str | None = None
+    base = device_id.strip()
+    if (m := _REPLICA.match(base)) is not None:
+        base, replica = m["base"], m["replica"]
+    if (m := _LEGACY_MIG.match(base)) is not None:
+        return DeviceRef(gpu_uuid=m["gpu"], gpu_instance=int(m["gi"]), replica=replica)
+    if base.startswith("GPU-"):
+        return DeviceRef(gpu_uuid=base, replica=replica)
+    if base.startswith("MIG-"):
+        return DeviceRef(mig_uuid=base, replica=replica)
+    if _BARE_UUID.match(base):
+        return DeviceRef(gpu_uuid=f"GPU-{base}", replica=replica)
+    if (m := _GKE.match(base)) is not None and replica is None:
+        gi = m["gi"]
+        return DeviceRef(minor=int(m["minor"]), gpu_instance=None if gi is None else int(gi),
+                         replica=m["vgpu"])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeIndex:
+    by_uuid: Mapping[str, int]
+    by_minor: Mapping[int, int]
+    by_mig_uuid: Mapping[str, EntityKey]
+    instances: frozenset[EntityKey]
+
+
+def _index(gpus: Iterable[GpuSnapshot]) -> _NodeIndex:
+    by_uuid: dict[str, int] = {}
+    by_minor: dict[int, int] = {}
+    by_mig: dict[str, EntityKey] = {}
+    instances: set[EntityKey] = set()
+    for gpu in gpus:
+        ident = gpu.identity
+        if ident.uuid:
+            by_uuid[ident.uuid.lower()] = ident.index
+        # Without a minor number (NOT_SUPPORTED) the index is the best guess, as in dcgm-exporter.
+        by_minor[ident.minor_number if ident.minor_number is not None else ident.index] = \
+            ident.index
+        for inst in gpu.instances:
+            by_mig[inst.uuid.lower()] = (ident.index, inst.gpu_instance_id)
+            instances.add((ident.index, inst.gpu_instance_id))
+    return _NodeIndex(by_uuid, by_minor, by_mig, frozenset(instances))
+
+
+def _resolve(ref: DeviceRef, node: _NodeIndex) -> EntityKey | None:
+    if ref.mig_uuid is not None:
+        return node.by_mig_uuid.get(ref.mig_uuid.lower())
+    if ref.gpu_uuid is not None:
+        index = node.by_uuid.get(ref.gpu_uuid.lower())
+    elif ref.minor is not None:
+        index = node.by_minor.get(ref.minor)
+    else:
+        return None
+    if index is None:
+        return None
+    key = (index, ref.gpu_instance)
+    return key if ref.gpu_instance is None or key in node.instances else None
+
+
+def attribute(
+    gpus: Sequence[GpuSnapshot],
+    assignments: Iterable[PodAssignment],
+    extra_resources: Collection[str] = (),
+) -> Attribution:
+    """Which (pod, container) holds each GPU and MIG instance of this node."""
+    node = _index(gpus)
+    holders: dict[EntityKey, set[Holder]] = {}
+    unmatched: list[str] = []
+    for assignment in assignments:
+        if not is_gpu_resource(assignment.resource, extra_resources):
+            continue
+        for device_id in assignment.device_ids:
+            ref = parse_device_id(device_id)
+            key = _resolve(ref, node) if ref is not None else None
+            if ref is None or key is None:
+                unmatched.append(device_id)
+                continue
+            holders.setdefault(key, set()).add(Holder(
+                assignment.namespace, assignment.pod, assignment.container,
+                assignment.resource, device_id, ref.replica))
+    return Attribution({k: tuple(sorted(v)) for k, v in holders.items()},
+                       tuple(sorted(set(unmatched))))
