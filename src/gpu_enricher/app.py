@@ -3,16 +3,22 @@
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from .backend import GpuBackend
+from .backend import AssignmentSource, GpuBackend
 from .collector import Collector, CollectorOptions
 from .config import BUILTIN_SCENARIO, Config
 from .counters import CounterLine
 from .server import COLLECTOR_KEY, build_app
+
+if TYPE_CHECKING:
+    from .kubelet.fake_server import FakeKubelet
 
 log = logging.getLogger(__name__)
 
@@ -41,23 +47,76 @@ async def _collector_task(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
+def make_assignments(config: Config, socket: Path | None = None) -> AssignmentSource | None:
+    """The kubelet source with `-k` (grpc is imported only then)."""
+    if not config.kubernetes:
+        return None
+    from .kubelet.client import PodResourcesClient
+    from .kubelet.source import KubeletOptions, KubeletSource
+
+    interval = config.interval_seconds
+    timeout = max(0.5, min(5.0, interval / 2))  # a slow kubelet never delays a pass for long
+    return KubeletSource(
+        PodResourcesClient(socket or config.kubelet_socket, timeout),
+        KubeletOptions(max_age_seconds=max(3 * interval, 2 * timeout),
+                       extra_resources=config.extra_resources),
+    )
+
+
 def make_collector(config: Config, counters: tuple[CounterLine, ...],
-                   backend: GpuBackend | None = None) -> Collector:
+                   backend: GpuBackend | None = None,
+                   assignments: AssignmentSource | None = None) -> Collector:
     return Collector(
         backend if backend is not None else make_backend(config),
         CollectorOptions(
             interval_seconds=config.interval_seconds,
             hostname=config.hostname,
             counters=counters,
+            virtual_gpus=config.virtual_gpus,
+            extra_resources=config.extra_resources,
         ),
+        assignments=assignments,
     )
 
 
-def make_app(collector: Collector) -> web.Application:
-    """The HTTP app, owning the collection loop's task for its whole life."""
+def _fake_kubelet_context(
+    fake: "FakeKubelet",
+) -> Callable[[web.Application], contextlib.AbstractAsyncContextManager[None]]:
+    @contextlib.asynccontextmanager
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        await fake.start()
+        try:
+            yield
+        finally:
+            await fake.stop()
+            shutil.rmtree(fake.socket_path.parent, ignore_errors=True)
+
+    return context
+
+
+def make_app(collector: Collector, fake_kubelet: "FakeKubelet | None" = None) -> web.Application:
+    """The HTTP app, owning the collection loop's task (and the simulated node's fake
+    kubelet, started first) for its whole life."""
     app = build_app(collector)
+    if fake_kubelet is not None:
+        app.cleanup_ctx.append(_fake_kubelet_context(fake_kubelet))
     app.cleanup_ctx.append(_collector_task)
     return app
+
+
+def simulated_kubelet(backend: GpuBackend) -> "FakeKubelet | None":
+    """The simulated node's pods, served by a fake kubelet on a private temporary socket."""
+    from .simulated import SimulatedBackend
+
+    if not isinstance(backend, SimulatedBackend):
+        return None
+    from .kubelet.fake_server import FakeKubelet
+
+    socket = Path(tempfile.mkdtemp(prefix="gpu-enricher-kubelet-")) / "kubelet.sock"
+    fake = FakeKubelet(socket)
+    fake.set_assignments(backend.scenario.pods)
+    fake.set_allocatable(backend.scenario.allocatable())
+    return fake
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -72,7 +131,10 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run(config: Config, counters: tuple[CounterLine, ...],
         backend: GpuBackend | None = None) -> None:
-    app = make_app(make_collector(config, counters, backend))
+    backend = backend if backend is not None else make_backend(config)
+    fake = simulated_kubelet(backend)
+    assignments = make_assignments(config, fake.socket_path if fake is not None else None)
+    app = make_app(make_collector(config, counters, backend, assignments), fake)
     loop = new_event_loop()
     where = f"{config.host or '0.0.0.0'}:{config.port}"
     log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)", where,

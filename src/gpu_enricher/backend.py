@@ -1,8 +1,10 @@
-"""The seam between the collector and a GPU source (real NVML or the simulated node)."""
+"""The seams between the collector and its sources: GPUs (NVML or the simulated node) and
+device assignments (the kubelet)."""
 
+from collections import Counter
 from typing import Protocol
 
-from .model import NodeSnapshot
+from .model import AssignmentSnapshot, NodeSnapshot
 
 
 class BackendUnavailable(Exception):
@@ -29,3 +31,20 @@ class GpuBackend(Protocol):
         """One pass over every GPU. Per-GPU and per-field failures are data, not raised."""
 
     def close(self) -> None: ...
+
+
+class AssignmentSource(Protocol):
+    """Who holds which device (the kubelet's pod-resources API, or a fake of it)."""
+
+    name: str
+    collections: int
+    errors: Counter[str]
+    last_duration: float | None
+    last_success_wall: float | None
+
+    async def refresh(self) -> None:
+        """One bounded attempt per collection cycle; failures are recorded, never raised."""
+
+    def snapshot(self) -> AssignmentSnapshot: ...
+
+    async def close(self) -> None: ...

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import __version__
-from .config import BUILTIN_SCENARIO, Config
+from .config import BUILTIN_SCENARIO, DEFAULT_KUBELET_SOCKET, Config
 from .dcgm_flags import DCGM_EXPORTER_FLAGS, DcgmFlag
 
 log = logging.getLogger("gpu_enricher")
@@ -67,6 +67,16 @@ def parse_bool(text: str, name: str) -> bool:
     raise UsageError(f"invalid boolean {text!r} for {name}: expected true or false")
 
 
+def parse_gpu_id_type(text: str) -> str:
+    if text not in ("uid", "device-name"):
+        raise UsageError(f"invalid kubernetes GPU id type {text!r}: expected uid or device-name")
+    return text
+
+
+def parse_names(text: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
 def parse_log_format(text: str) -> str:
     if text not in ("text", "json"):
         raise UsageError(f"invalid log format {text!r}: expected text or json")
@@ -100,6 +110,19 @@ OPTIONS: Final = (
     Option("log-format", None, parse_log_format, "log format: text (default) or json",
            "text|json"),
     Option("debug", None, None, "log at debug level"),
+    Option("kubernetes", "k", None,
+           "add container, namespace and pod labels from the kubelet's pod-resources API"),
+    Option("pod-resources-kubelet-socket", None, Path,
+           "the kubelet's pod-resources socket (default "
+           "/var/lib/kubelet/pod-resources/kubelet.sock); it may appear after start", "PATH"),
+    Option("kubernetes-gpu-id-type", None, parse_gpu_id_type,
+           "uid (default) or device-name (GKE); both device-ID families are recognised "
+           "whatever this says", "uid|device-name"),
+    Option("nvidia-resource-names", None, parse_names,
+           "extra resource names to attribute besides nvidia.com/gpu and nvidia.com/mig-*, "
+           "comma-separated (e.g. nvidia.com/gpu.shared)", "NAMES"),
+    Option("kubernetes-virtual-gpus", None, None,
+           "repeat a shared GPU's series for each pod holding a replica, with a vgpu label"),
 )
 IMPLEMENTED_LONG: Final = frozenset(o.long for o in OPTIONS) | {"simulate"}
 
@@ -202,7 +225,13 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         simulate = BUILTIN_SCENARIO
     elif simulate is not None and simulate.strip().lower() in _FALSE:
         simulate = None
+    kubernetes = switch("kubernetes")
     config = Config(
+        kubernetes=kubernetes or simulate is not None,
+        kubelet_socket=get("pod-resources-kubelet-socket", Path, DEFAULT_KUBELET_SOCKET),
+        gpu_id_type=get("kubernetes-gpu-id-type", parse_gpu_id_type, "uid"),
+        extra_resources=get("nvidia-resource-names", parse_names, frozenset()),
+        virtual_gpus=switch("kubernetes-virtual-gpus"),
         host=host,
         port=port,
         collectors=get("collectors", Path, default_counters_path()),

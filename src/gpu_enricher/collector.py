@@ -13,12 +13,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .backend import BackendUnavailable, GpuBackend
+from .backend import AssignmentSource, BackendUnavailable, GpuBackend
 from .counters import CounterLine, CounterPlan, plan_counters
-from .join import dcgm_families
-from .model import NodeSnapshot
-from .render import Exposition
-from .selfmetrics import SourceHealth, self_families
+from .devices import EMPTY_ATTRIBUTION, Attribution, attribute
+from .join import allocation_family, dcgm_families
+from .model import AssignmentSnapshot, NodeSnapshot
+from .render import Exposition, Family
+from .selfmetrics import SourceHealth, kubelet_families, self_families
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class CollectorOptions:
     stall_seconds: float | None = None
     """A backend call running longer than this fails /health (a hung driver); default
     max(60 s, 10 intervals)."""
+    virtual_gpus: bool = False
+    extra_resources: frozenset[str] = frozenset()
 
 
 class Collector:
@@ -41,9 +44,11 @@ class Collector:
         backend: GpuBackend,
         options: CollectorOptions,
         *,
+        assignments: AssignmentSource | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
+        self.assignments = assignments
         self.options = options
         self._wall_clock = wall_clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
@@ -58,11 +63,12 @@ class Collector:
         self._errors: Counter[str] = Counter()
         self._last_duration: float | None = None
         self._last_success: float | None = None
+        self._unmatched_logged: set[str] = set()
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
     def health(self) -> dict[str, SourceHealth]:
-        return {
+        health = {
             self.backend.name: SourceHealth(
                 up=self._opened and self._backend_error is None,
                 collections=self._collections,
@@ -71,14 +77,42 @@ class Collector:
                 last_success_timestamp=self._last_success,
             )
         }
+        source = self.assignments
+        if source is not None:
+            health[source.name] = SourceHealth(
+                up=source.snapshot().up,
+                collections=source.collections,
+                errors=dict(source.errors),
+                last_duration_seconds=source.last_duration,
+                last_success_timestamp=source.last_success_wall,
+            )
+        return health
+
+    def _attribution(self, snapshot: NodeSnapshot, pods: AssignmentSnapshot) -> Attribution:
+        attribution = attribute(snapshot.gpus, pods.assignments, self.options.extra_resources)
+        for device_id in attribution.unmatched:
+            # Once per ID (bounded): an unknown form or a device of another node is news once.
+            if device_id not in self._unmatched_logged and len(self._unmatched_logged) < 1000:
+                self._unmatched_logged.add(device_id)
+                log.warning("kubelet device ID %r matches no GPU or MIG instance of this node",
+                            device_id)
+        return attribution
 
     def _render(self) -> Exposition:
-        families = []
+        families: list[Family] = []
+        pods = self.assignments.snapshot() if self.assignments is not None else None
         if self.snapshot is not None and self.plan is not None:
-            families = dcgm_families(self.snapshot, self.plan, self.options.hostname)
+            attribution = (self._attribution(self.snapshot, pods) if pods is not None
+                           else EMPTY_ATTRIBUTION)
+            families = dcgm_families(self.snapshot, self.plan, self.options.hostname,
+                                     attribution, self.options.virtual_gpus)
+            if pods is not None:
+                families.append(allocation_family(self.snapshot, attribution))
         families += self_families(
             self.snapshot, self.health(), self.options.hostname, self.backend.name
         )
+        if pods is not None:
+            families += kubelet_families(pods, self.options.extra_resources)
         return Exposition.from_families(families)
 
     # -- backend lifecycle ---------------------------------------------------------------
@@ -131,9 +165,26 @@ class Collector:
                  len(plan.metrics), len(plan.label_fields), self.backend.name)
 
     async def collect_once(self) -> None:
+        """One pass: NVML on its thread and the kubelet's `List` concurrently, one render."""
         assert self.plan is not None
         fields = self.plan.sampled_fields
         started = time.perf_counter()
+        refresh = (asyncio.ensure_future(self.assignments.refresh())
+                   if self.assignments is not None else None)
+        try:
+            await self._sample(fields, started)
+            if refresh is not None:
+                if not self.ready:  # /ready never waits for the kubelet
+                    self.exposition = self._render()
+                    self.ready = True
+                await refresh  # bounded by the client's deadline
+        finally:
+            if refresh is not None and not refresh.done():
+                refresh.cancel()
+        self.exposition = self._render()
+        self.ready = True
+
+    async def _sample(self, fields: frozenset[str], started: float) -> None:
         snapshot = await self._call(lambda: self.backend.sample(fields))
         assert isinstance(snapshot, NodeSnapshot)
         for error in snapshot.errors:
@@ -143,8 +194,6 @@ class Collector:
         self._collections += 1
         self._last_success = self._wall_clock()
         self._last_duration = time.perf_counter() - started
-        self.exposition = self._render()
-        self.ready = True
 
     def _report_gpu_changes(self, snapshot: NodeSnapshot) -> None:
         before = {g.identity.index: g.healthy for g in self.snapshot.gpus} if self.snapshot else {}
@@ -176,5 +225,7 @@ class Collector:
                 await asyncio.sleep(next_due - now)
         finally:
             self.running = False
+            if self.assignments is not None:
+                await self.assignments.close()
             await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.close)
             self._executor.shutdown(wait=False)

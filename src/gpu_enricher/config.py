@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Final
 
 BUILTIN_SCENARIO: Final = "builtin"
+DEFAULT_KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +18,11 @@ class Config:
     log_format: str = "text"
     debug: bool = False
     simulate: str | None = None  # None: real NVML; BUILTIN_SCENARIO or a YAML path
+    kubernetes: bool = False  # pod labels from the kubelet's pod-resources API
+    kubelet_socket: Path = DEFAULT_KUBELET_SOCKET
+    gpu_id_type: str = "uid"  # dcgm-exporter's flag; both ID families are recognised anyway
+    extra_resources: frozenset[str] = frozenset()  # --nvidia-resource-names
+    virtual_gpus: bool = False
 
     @property
     def interval_seconds(self) -> float:

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from .model import GpuSnapshot, PodAssignment
+from .model import AllocatableDevices, GpuSnapshot, PodAssignment
 
 NVIDIA_GPU: Final = "nvidia.com/gpu"
 NVIDIA_MIG_PREFIX: Final = "nvidia.com/mig-"
@@ -158,3 +158,13 @@ def attribute(
                 assignment.resource, device_id, ref.replica))
     return Attribution({k: tuple(sorted(v)) for k, v in holders.items()},
                        tuple(sorted(set(unmatched))))
+
+
+def count_devices(entries: Iterable[PodAssignment | AllocatableDevices],
+                  extra_resources: Collection[str] = ()) -> dict[str, int]:
+    """Distinct device IDs per considered resource (allocated or allocatable)."""
+    per_resource: dict[str, set[str]] = {}
+    for entry in entries:
+        if is_gpu_resource(entry.resource, extra_resources):
+            per_resource.setdefault(entry.resource, set()).update(entry.device_ids)
+    return {resource: len(ids) for resource, ids in sorted(per_resource.items())}

@@ -95,3 +95,14 @@ class AllocatableDevices:
 
     resource: str
     device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentSnapshot:
+    """What the exporter believes about pods now: the assignments in use and their age."""
+
+    assignments: tuple[PodAssignment, ...]
+    age_seconds: float | None  # None: no assignments in use (never fetched, or too old)
+    up: bool
+    allocatable: tuple[AllocatableDevices, ...] | None
+    api: str

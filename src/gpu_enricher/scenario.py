@@ -12,6 +12,8 @@ from typing import Any, Final
 
 import yaml
 
+from .model import AllocatableDevices, PodAssignment
+
 
 class ScenarioError(ValueError):
     pass
@@ -60,7 +62,29 @@ class Scenario:
     seed: int = 1
     driver_version: str = "580.105.08"
     period_seconds: float = 120.0  # one load wave: slow enough to look like real work
+    pods: tuple[PodAssignment, ...] = ()  # served by the simulated node's fake kubelet
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later stages read
+
+    def allocatable(self) -> tuple[AllocatableDevices, ...]:
+        """What the fake kubelet reports as allocatable: every GPU (its replicas when pods
+        hold replicas of it) and every MIG instance under its `nvidia.com/mig-*` resource."""
+        held = {d for p in self.pods for d in p.device_ids}
+        by_resource: dict[str, list[str]] = {}
+        for gpu in self.gpus:
+            if gpu.instances:
+                for inst in gpu.instances:
+                    by_resource.setdefault(f"nvidia.com/mig-{inst.profile}", []).append(
+                        mig_uuid(gpu.uuid, inst.gpu_instance_id))
+                continue
+            replicas = sorted(d for d in held if d.startswith(f"{gpu.uuid}::"))
+            by_resource.setdefault("nvidia.com/gpu", []).extend(replicas or [gpu.uuid])
+        return tuple(AllocatableDevices(r, tuple(ids)) for r, ids in sorted(by_resource.items()))
+
+
+def mig_uuid(gpu_uuid: str, gpu_instance_id: int) -> str:
+    """The simulated MIG device UUID of a GPU instance (stable, derived from its GPU's)."""
+    digest = hashlib.sha256(f"{gpu_uuid}/{gpu_instance_id}".encode()).hexdigest()
+    return f"MIG-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
 def default_uuid(seed: int, index: int) -> str:
@@ -151,6 +175,40 @@ def _process(raw: Any, where: str) -> SimProcess:
     )
 
 
+def _pod(raw: Any, gpus: tuple[SimGpu, ...], where: str) -> PodAssignment:
+    """A container holding devices: `gpus: [0]` (with `replica: N` for time-slicing),
+    `mig: [[gpu, gi]]`, or literal `device_ids` as a kubelet would report them."""
+    spec = _mapping(raw, where)
+    unknown = set(spec) - {"namespace", "pod", "container", "resource", "gpus", "replica",
+                           "mig", "device_ids"}
+    if unknown:
+        raise ScenarioError(f"{where}: unknown keys {sorted(unknown)}")
+    for key in ("namespace", "pod", "container"):
+        if not isinstance(spec.get(key), str) or not spec[key]:
+            raise ScenarioError(f"{where}.{key}: required")
+    replica = spec.get("replica")
+    suffix = "" if replica is None else f"::{_int(replica, f'{where}.replica')}"
+    device_ids: list[str] = [str(d) for d in spec.get("device_ids") or []]
+    for n, index in enumerate(spec.get("gpus") or []):
+        if not isinstance(index, int) or not 0 <= index < len(gpus):
+            raise ScenarioError(f"{where}.gpus[{n}]: no GPU {index!r} in this scenario")
+        device_ids.append(gpus[index].uuid + suffix)
+    for n, pair in enumerate(spec.get("mig") or []):
+        gpu_index, gi = pair if isinstance(pair, list) and len(pair) == 2 else (None, None)
+        gpu = gpus[gpu_index] if isinstance(gpu_index, int) and 0 <= gpu_index < len(gpus) \
+            else None
+        if gpu is None or gi not in {i.gpu_instance_id for i in gpu.instances}:
+            raise ScenarioError(f"{where}.mig[{n}]: no GPU instance {pair!r} in this scenario")
+        device_ids.append(mig_uuid(gpu.uuid, int(gi)) + suffix)
+    default_resource = "nvidia.com/gpu"
+    if spec.get("mig") and not spec.get("gpus"):
+        first = next(i for i in gpus[spec["mig"][0][0]].instances
+                     if i.gpu_instance_id == spec["mig"][0][1])
+        default_resource = f"nvidia.com/mig-{first.profile}"
+    return PodAssignment(spec["namespace"], spec["pod"], spec["container"],
+                         str(spec.get("resource") or default_resource), tuple(device_ids))
+
+
 def parse_scenario(raw: Any, path: str) -> Scenario:
     top = _mapping(raw, path)
     seed = _int(top.get("seed", 1), f"{path}: seed")
@@ -161,12 +219,14 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
     period = _range(top.get("period_seconds", 120), f"{path}: period_seconds")[0]
     if period <= 0:
         raise ScenarioError(f"{path}: period_seconds: must be positive")
-    known = {"seed", "gpus", "driver_version", "period_seconds"}
+    pods = tuple(_pod(p, gpus, f"{path}: pods[{i}]") for i, p in enumerate(top.get("pods") or []))
+    known = {"seed", "gpus", "driver_version", "period_seconds", "pods"}
     return Scenario(
         gpus=gpus,
         seed=seed,
         driver_version=str(top.get("driver_version", "580.105.08")),
         period_seconds=period,
+        pods=pods,
         extra={k: v for k, v in top.items() if k not in known},
     )
 
@@ -216,6 +276,13 @@ gpus:
     temperature: [28, 31]
     sm_clock_mhz: 210
     mem_clock_mhz: 405
+# Served by the fake kubelet: a held GPU, a time-sliced GPU with two pods, a held MIG
+# instance; the L4 and the other two MIG instances are free.
+pods:
+  - {namespace: ml, pod: llm-trainer-0, container: pytorch, gpus: [0]}
+  - {namespace: inference, pod: chat-7d9f-abcde, container: server, gpus: [1], replica: 0}
+  - {namespace: inference, pod: embed-5c4b-xyz12, container: server, gpus: [1], replica: 1}
+  - {namespace: research, pod: notebook-alice, container: jupyter, mig: [[2, 1]]}
 """
 
 

@@ -1,12 +1,13 @@
 """The exporter's own metrics (`gpu_enricher_*`), rendered with the GPU families. Pure."""
 
 import platform
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from . import __version__, names
+from .devices import count_devices
 from .join import identity_pairs
-from .model import NodeSnapshot
+from .model import AssignmentSnapshot, NodeSnapshot
 from .render import Family, Sample, format_value, label_pairs
 
 P = names.SELF_PREFIX
@@ -70,4 +71,29 @@ def self_families(
                   for g in snapshot.gpus),
         ))
     families.extend(_sources(health))
+    return families
+
+
+def _per_resource(name: str, help_text: str, counts: Mapping[str, int]) -> Family:
+    return Family(name, "gauge", help_text, tuple(
+        Sample(label_pairs([("resource", r)]), str(n)) for r, n in counts.items()))
+
+
+def kubelet_families(pods: AssignmentSnapshot, extra_resources: Collection[str]) -> list[Family]:
+    families = [
+        Family(f"{P}kubelet_up", "gauge",
+               "Whether the kubelet's pod-resources API answered the last List (1) or not (0).",
+               (Sample("", "1" if pods.up else "0"),)),
+        Family(f"{P}kubelet_assignments_age_seconds", "gauge",
+               "Age of the pod assignments behind the pod labels; absent when none are used.",
+               () if pods.age_seconds is None else (Sample("", format_value(pods.age_seconds)),)),
+        _per_resource(f"{P}kubelet_allocated_devices",
+                      "Devices held by pods, by resource, from the kubelet's List.",
+                      count_devices(pods.assignments, extra_resources)),
+    ]
+    if pods.allocatable is not None:
+        families.append(_per_resource(
+            f"{P}kubelet_allocatable_devices",
+            "Devices the kubelet can allocate, by resource, from GetAllocatableResources.",
+            count_devices(pods.allocatable, extra_resources)))
     return families

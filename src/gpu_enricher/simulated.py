@@ -20,7 +20,7 @@ from .model import (
     ProcessSample,
     SampleError,
 )
-from .scenario import Range, Scenario, SimGpu, SimInstance
+from .scenario import Range, Scenario, SimGpu, SimInstance, mig_uuid
 
 MIB = 1 << 20
 
@@ -153,9 +153,7 @@ class SimulatedBackend:
             "DCGM_FI_DEV_FB_FREE": max(0, inst.memory_mib - used),
             **self._profiling(busy, t, *key),
         }
-        suffix = gpu.uuid.removeprefix("GPU-")
-        mig_uuid = f"MIG-{suffix[:-4]}{inst.gpu_instance_id:04x}"
         return GpuInstance(
-            inst.gpu_instance_id, 0, inst.profile, mig_uuid,
+            inst.gpu_instance_id, 0, inst.profile, mig_uuid(gpu.uuid, inst.gpu_instance_id),
             {k: v for k, v in values.items() if k in fields},
         )

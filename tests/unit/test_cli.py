@@ -41,16 +41,21 @@ def test_flags_beat_our_env_which_beats_dcgm_env() -> None:
 def test_dcgm_manifest_env_and_flags_are_accepted() -> None:
     env = {"DCGM_EXPORTER_COLLECTORS": "/etc/dcgm-exporter/dcp-metrics-included.csv",
            "DCGM_EXPORTER_NO_HOSTNAME": "true", "DCGM_EXPORTER_KUBERNETES": "true",
-           "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE": "device-name"}
+           "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE": "device-name",
+           "DCGM_POD_RESOURCES_KUBELET_SOCKET": "/var/snap/microk8s/kubelet.sock",
+           "NVIDIA_RESOURCE_NAMES": "nvidia.com/gpu.shared, nvidia.com/a100",
+           "KUBERNETES_VIRTUAL_GPUS": "true", "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID": "true"}
     config, warnings = parse_config(["-d", "f", "--web-config-file", "/etc/web.yaml"], env)
     assert config.collectors == Path("/etc/dcgm-exporter/dcp-metrics-included.csv")
     assert config.hostname is None
+    assert config.kubernetes and config.gpu_id_type == "device-name" and config.virtual_gpus
+    assert config.kubelet_socket == Path("/var/snap/microk8s/kubelet.sock")
+    assert config.extra_resources == {"nvidia.com/gpu.shared", "nvidia.com/a100"}
     joined = "\n".join(warnings)
     assert "--web-config-file='/etc/web.yaml'" in joined
-    assert "DCGM_EXPORTER_KUBERNETES='true'" in joined
-    assert "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE='device-name'" in joined
+    assert "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID='true'" in joined
     assert "devices" not in joined, "-d f is dcgm-exporter's default: nothing to warn about"
-    assert len(warnings) == 3
+    assert len(warnings) == 2
 
 
 def test_every_dcgm_flag_is_accepted_and_documented() -> None:
@@ -84,6 +89,7 @@ def test_bad_addresses(bad: str) -> None:
         (["-a", "nowhere"], {}, "invalid address 'nowhere'"),
         (["--log-format", "xml"], {}, "invalid log format 'xml'"),
         ([], {"DCGM_EXPORTER_NO_HOSTNAME": "maybe"}, "invalid boolean 'maybe'"),
+        (["--kubernetes-gpu-id-type", "index"], {}, "invalid kubernetes GPU id type 'index'"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(argv: list[str], env: dict[str, str], message: str,

@@ -1,0 +1,111 @@
+"""Pod assignments from the kubelet, refreshed once per collection cycle, never per scrape.
+
+A kubelet that is down, rate-limiting (its 100 qps / burst 10 budget is shared by every
+client of the socket) or slow degrades the output: the last good assignments are kept for a
+bounded time, then dropped rather than showing possibly wrong pod labels. GPU series flow
+either way.
+"""
+
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from ..model import AllocatableDevices, AssignmentSnapshot, PodAssignment
+from .client import SOCKET_MISSING, KubeletError, PodResourcesClient
+
+log = logging.getLogger(__name__)
+
+SOURCE: Final = "kubelet"
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletOptions:
+    max_age_seconds: float  # keep the last good assignments this long after failures
+    allocatable_every_seconds: float = 60.0
+    extra_resources: frozenset[str] = frozenset()
+    retry_max_seconds: float = 30.0
+
+
+class KubeletSource:
+    name = SOURCE
+
+    def __init__(self, client: PodResourcesClient, options: KubeletOptions,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.options = options
+        self._clock = clock
+        self._assignments: tuple[PodAssignment, ...] = ()
+        self._fetched_at: float | None = None
+        self._allocatable: tuple[AllocatableDevices, ...] | None = None
+        self._allocatable_at: float | None = None
+        self._api = ""
+        self._up = False
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_error: str | None = None
+        self.collections = 0
+        self.errors: Counter[str] = Counter()
+        self.last_duration: float | None = None
+        self.last_success_wall: float | None = None
+
+    async def refresh(self) -> None:
+        """One attempt (skipped while backing off after failures); never raises."""
+        now = self._clock()
+        if now < self._retry_at:
+            return
+        started = time.perf_counter()
+        try:
+            result = await self.client.list()
+        except KubeletError as exc:
+            self._failed(exc, now)
+            return
+        self._assignments = result.assignments
+        self._api = result.api
+        self._fetched_at = now
+        self._up = True
+        self._failures = 0
+        self._retry_at = 0.0
+        self.collections += 1
+        self.last_duration = time.perf_counter() - started
+        self.last_success_wall = time.time()
+        if self._last_error is not None:
+            log.warning("kubelet pod-resources API answers again (%s)", result.api)
+            self._last_error = None
+        if self._allocatable_at is None or \
+                now - self._allocatable_at >= self.options.allocatable_every_seconds:
+            try:
+                self._allocatable = await self.client.allocatable()
+                self._allocatable_at = now
+            except KubeletError as exc:  # retried next cycle; the assignments stand
+                self.errors[exc.code] += 1
+
+    def _failed(self, exc: KubeletError, now: float) -> None:
+        self.errors[exc.code] += 1
+        self._up = False
+        self._failures += 1
+        # Back off (capped, jittered) so a rate-limited or restarting kubelet is not hammered.
+        delay = min(0.5 * 2 ** (self._failures - 1), self.options.retry_max_seconds)
+        self._retry_at = now + delay * random.uniform(0.8, 1.2)
+        if self._last_error != exc.code:  # log when the failure starts or changes
+            if exc.code == SOCKET_MISSING:
+                log.warning("no kubelet pod-resources socket at %s: running without pod labels "
+                            "until it appears", self.client.socket_path)
+            else:
+                log.warning("kubelet pod-resources API failed: %s; keeping the last pod labels "
+                            "for up to %.0fs", exc, self.options.max_age_seconds)
+            self._last_error = exc.code
+
+    def snapshot(self) -> AssignmentSnapshot:
+        now = self._clock()
+        age = None if self._fetched_at is None else now - self._fetched_at
+        if age is not None and age > self.options.max_age_seconds:
+            # Better no pod labels than possibly wrong ones.
+            return AssignmentSnapshot((), None, self._up, self._allocatable, self._api)
+        return AssignmentSnapshot(self._assignments, age, self._up, self._allocatable, self._api)
+
+    async def close(self) -> None:
+        await self.client.close()
