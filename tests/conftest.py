@@ -2,9 +2,14 @@
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.fake_nvml.build import FakeNvml
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
@@ -28,3 +33,25 @@ def fake_nvml_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.fake_nvml.build import build_fake_nvml
 
     return build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
+
+
+FAKE_ENV = ("FAKE_NVML_GPU_COUNT", "FAKE_NVML_GPM", "FAKE_NVML_MIG", "FAKE_NVML_NOT_SUPPORTED",
+            "FAKE_NVML_LOST", "FAKE_NVML_MINOR", "FAKE_NVML_DRIVER_VERSION", "FAKE_NVML_INIT_ERROR",
+            "FAKE_NVML_DEVICE_DELAY_US")
+
+_loaded: dict[str, "FakeNvml"] = {}
+
+
+@pytest.fixture
+def fake(fake_nvml_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator["FakeNvml"]:
+    """The fake libnvidia-ml loaded into this process (once: a soname loads only once),
+    reset to the FAKE_NVML_* defaults."""
+    from tests.fake_nvml.build import FakeNvml
+
+    lib = _loaded.get("lib")
+    if lib is None:
+        lib = _loaded["lib"] = FakeNvml(fake_nvml_path)
+    for name in FAKE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    lib.reset()
+    yield lib

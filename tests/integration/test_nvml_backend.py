@@ -5,7 +5,6 @@ per test through its environment variables and control functions.
 """
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,24 +19,6 @@ ALL = frozenset(IMPLEMENTED)
 MIB = 1 << 20
 UUID0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
 UUID1 = "GPU-fa4e0001-7953-256e-8f33-1343419b1a1c"
-FAKE_ENV = ("FAKE_NVML_GPU_COUNT", "FAKE_NVML_GPM", "FAKE_NVML_MIG", "FAKE_NVML_NOT_SUPPORTED",
-            "FAKE_NVML_LOST", "FAKE_NVML_MINOR", "FAKE_NVML_DRIVER_VERSION", "FAKE_NVML_INIT_ERROR",
-            "FAKE_NVML_DEVICE_DELAY_US")
-
-_loaded: dict[str, FakeNvml] = {}
-
-
-@pytest.fixture
-def fake(fake_nvml_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvml]:
-    lib = _loaded.get("lib")
-    if lib is None:
-        lib = _loaded["lib"] = FakeNvml(fake_nvml_path)
-    for name in FAKE_ENV:
-        monkeypatch.delenv(name, raising=False)
-    lib.reset()
-    yield lib
-
-
 def open_backend(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, **env: str) -> NvmlBackend:
     for key, value in env.items():
         monkeypatch.setenv(f"FAKE_NVML_{key.upper()}", value)
