@@ -89,6 +89,9 @@ def test_simulated_node_serves_dcgm_metrics(exporters: list[Exporter]) -> None:
     assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0",' in body and 'Hostname="sim-node"' in body
     assert 'GPU_I_PROFILE="3g.40gb"' in body
     assert 'backend="simulated"' in body
+    # The simulated pods come through the in-process fake kubelet and the real client.
+    assert ',container="pytorch",namespace="ml",pod="llm-trainer-0"}' in body
+    assert 'pod="notebook-alice"' in body and "gpu_enricher_kubelet_up 1" in body
     code, _ = exp.stop()
     assert code == 0
 
@@ -131,3 +134,20 @@ def test_without_usable_nvml_stays_up_not_ready_and_says_why(
     code, err = exp.stop()
     assert code == 0
     assert err.count("NVML initialisation failed") == 1, "one log line, not one per retry"
+
+
+def test_kubernetes_mode_without_kubelet_socket(exporters: list[Exporter], tmp_path: Path,
+                                                fake_nvml_path: Path) -> None:
+    socket = tmp_path / "pod-resources" / "kubelet.sock"
+    exp = Exporter(["-c", "200", "-k", "--pod-resources-kubelet-socket", str(socket)],
+                   {"LD_LIBRARY_PATH": str(fake_nvml_path.parent)})
+    exporters.append(exp)
+    exp.wait_ready()
+    time.sleep(1.0)
+    _, body = get(exp.base + "/metrics")
+    assert "DCGM_FI_DEV_GPU_TEMP{" in body and 'pod="' not in body
+    assert "gpu_enricher_kubelet_up 0" in body
+    assert 'gpu_enricher_collection_errors_total{source="kubelet",reason="SOCKET_MISSING"}' in body
+    code, err = exp.stop()
+    assert code == 0
+    assert err.count("no kubelet pod-resources socket") == 1, err
