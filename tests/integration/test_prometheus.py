@@ -84,6 +84,11 @@ def test_prometheus_scrapes_and_dashboard_queries_return_data(
         energy = query(base, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
         assert len(energy) == 6
         assert query(base, 'gpu_enricher_gpu_up{gpu="0"} == 1')
+        # Prometheus Adapter's seriesQuery and a metricsQuery rendered for a simulated pod.
+        assert query(base, 'DCGM_FI_DEV_GPU_UTIL{namespace!="",pod!=""}')
+        per_pod = query(base, 'avg(DCGM_FI_DEV_GPU_UTIL{namespace="ml",pod="llm-trainer-0"})'
+                              ' by (pod)')
+        assert len(per_pod) == 1 and per_pod[0]["metric"] == {"pod": "llm-trainer-0"}
     finally:
         proc.terminate()
         proc.wait(timeout=15)

@@ -1,7 +1,9 @@
 """promtool lints the real exposition: no parse error, only the problems DCGM's names imply."""
 
 import asyncio
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,9 @@ import pytest
 from gpu_enricher.cli import default_counters_path
 from gpu_enricher.collector import Collector, CollectorOptions
 from gpu_enricher.counters import load_counters
+from gpu_enricher.kubelet.client import PodResourcesClient
+from gpu_enricher.kubelet.fake_server import FakeKubelet
+from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
 from gpu_enricher.scenario import builtin_scenario
 from gpu_enricher.simulated import SimulatedBackend
 from tests.conftest import SHARED_REFERENCE, require_tool
@@ -23,17 +28,30 @@ ALLOWED_BY_NAME = {
     # gpu_up carries dcgm-exporter's identity labels (modelName, UUID) so alerts can join
     # it with DCGM series; the issue defines its label set.
     "gpu_enricher_gpu_up": {"label names should be written in 'snake_case' not 'camelCase'"},
+    "gpu_enricher_device_allocation_info": {
+        "label names should be written in 'snake_case' not 'camelCase'"},
 }
 
 
 async def exposition(counters: Path) -> bytes:
-    collector = Collector(
-        SimulatedBackend(builtin_scenario()),
-        CollectorOptions(interval_seconds=1, hostname="node-a", counters=load_counters(counters)),
-    )
-    await collector.open_backend()
-    await collector.collect_once()
-    return collector.exposition.text
+    """The simulated node with its pods, through a fake kubelet and the real client."""
+    backend = SimulatedBackend(builtin_scenario())
+    socket_dir = Path(tempfile.mkdtemp(prefix="kubelet-"))
+    try:
+        async with FakeKubelet(socket_dir / "kubelet.sock") as kubelet:
+            kubelet.set_assignments(backend.scenario.pods)
+            kubelet.set_allocatable(backend.scenario.allocatable())
+            source = KubeletSource(PodResourcesClient(kubelet.socket_path, 2.0),
+                                   KubeletOptions(max_age_seconds=10))
+            collector = Collector(backend, CollectorOptions(
+                interval_seconds=1, hostname="node-a", counters=load_counters(counters)),
+                assignments=source)
+            await collector.open_backend()
+            await collector.collect_once()
+            await source.close()
+            return collector.exposition.text
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
@@ -49,6 +67,7 @@ def test_promtool_check_metrics(counters: Path) -> None:
     output = (result.stdout + result.stderr).decode()
     assert result.returncode in (0, 3), output  # 1 would be a parse error
     assert "error" not in output.lower(), output
+    assert b'pod="llm-trainer-0"' in body and b"gpu_enricher_kubelet_up 1" in body
     problems = [line.split(" ", 1) for line in output.splitlines() if line.strip()]
     assert problems, "dcgm-exporter's names always draw some lint; none means promtool saw nothing"
     for name, message in problems:
