@@ -297,11 +297,29 @@ async def test_socket_appearing_after_start(socket_dir: Path,
     text = await text_of(collector)
     assert len(temp_lines(text)) == 6 and 'pod="' not in text
     assert sample_value(text, "gpu_enricher_kubelet_up") == "0"
+    clock.now += 1
+    await text_of(collector)
     async with FakeKubelet(socket) as kubelet:
         kubelet.set_assignments([PodAssignment("a", "p", "c", "nvidia.com/gpu",
                                                (SIM_UUIDS[0],))])
-        clock.now += 60
+        clock.now += 1  # a missing socket is looked for every cycle, without backoff
         assert 'pod="p"' in await text_of(collector)
+
+
+async def test_unknown_device_ids_are_logged_once(kubelet: FakeKubelet,
+                                                  collectors: list[Collector],
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    kubelet.set_assignments([
+        PodAssignment("a", "p", "c", "nvidia.com/gpu", ("GPU-from-another-node", "weird/0")),
+        PodAssignment("a", "q", "c", "nvidia.com/gpu", (SIM_UUIDS[0],)),
+    ])
+    collector = make_collector(SimulatedBackend(SIM), kubelet.socket_path)
+    collectors.append(collector)
+    for _ in range(3):
+        text = await text_of(collector)
+    assert 'pod="q"' in text and 'pod="p"' not in text
+    logged = [r.getMessage() for r in caplog.records if "matches no GPU" in r.getMessage()]
+    assert len(logged) == 2 and "'weird/0'" in logged[1]
 
 
 async def test_ready_does_not_wait_for_a_slow_kubelet(kubelet: FakeKubelet) -> None:

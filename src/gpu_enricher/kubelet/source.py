@@ -87,9 +87,10 @@ class KubeletSource:
         self.errors[exc.code] += 1
         self._up = False
         self._failures += 1
-        # Back off (capped, jittered) so a rate-limited or restarting kubelet is not hammered.
-        delay = min(0.5 * 2 ** (self._failures - 1), self.options.retry_max_seconds)
-        self._retry_at = now + delay * random.uniform(0.8, 1.2)
+        if exc.code != SOCKET_MISSING:  # a missing socket costs a stat: look every cycle
+            # Back off (capped, jittered) so a rate-limited or restarting kubelet is not hammered.
+            delay = min(0.5 * 2 ** (self._failures - 1), self.options.retry_max_seconds)
+            self._retry_at = now + delay * random.uniform(0.8, 1.2)
         if self._last_error != exc.code:  # log when the failure starts or changes
             if exc.code == SOCKET_MISSING:
                 log.warning("no kubelet pod-resources socket at %s: running without pod labels "
