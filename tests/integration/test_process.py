@@ -84,7 +84,13 @@ def test_simulated_node_serves_dcgm_metrics(exporters: list[Exporter]) -> None:
     exp = Exporter(["--simulate", "-c", "200"], {"NODE_NAME": "sim-node"})
     exporters.append(exp)
     exp.wait_ready()
-    status, body = get(exp.base + "/metrics")
+    # /ready does not wait for the kubelet: pod labels follow within a cycle or two.
+    deadline = time.monotonic() + 10
+    while True:
+        status, body = get(exp.base + "/metrics")
+        if "gpu_enricher_kubelet_up 1" in body or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert status == 200
     assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0",' in body and 'Hostname="sim-node"' in body
     assert 'GPU_I_PROFILE="3g.40gb"' in body
