@@ -131,6 +131,8 @@ class FakeKubelet:
         self.delay_seconds = 0.0
         self.rate_limit = False
         self.get_enabled = False
+        self.after_list: Callable[[], None] | None = None
+        """Called after each v1 List answer (benchmarks replace pods here: pod churn)."""
         self.calls: collections.Counter[str] = collections.Counter()
         self._rate_qps = rate_qps
         self._rate_burst = rate_burst
@@ -283,7 +285,11 @@ class FakeKubelet:
 
     async def _list_v1_answer(self, context: ServicerContext) -> v1_pb2.ListPodResourcesResponse:
         await self._enter("v1.List", context)
-        return self._list_v1
+        answer = self._list_v1
+        if self.after_list is not None:
+            # Scheduled after this handler: the answer in flight keeps its message objects.
+            asyncio.get_running_loop().call_soon(self.after_list)
+        return answer
 
     async def _allocatable_answer(
         self, context: ServicerContext

@@ -1,0 +1,510 @@
+"""Pod attribution's cost: the exporter with `-k` against a fake kubelet on a dense MIG node.
+
+The node: the fake NVML library with 8 GPUs x 7 `1g.10gb` MIG instances, and
+`fake_kubelet_proc.py` (its own process) serving 110 pods, 56 of them holding one MIG
+instance each. Sections (`--sections`, default all three):
+
+  cpu     exporter CPU per collection pass (List included): utime + stime from /proc over
+          `--cpu-seconds` without scrapes, divided by the passes done (collections_total
+          {source="nvml"} from /metrics, read before and after: two scrapes), at each
+          `--cpu-intervals` for: no `-k`, `-k` with churn 0, `-k` with churn 5 (pods replaced
+          per List); `--cpu-repeats` interleaved repeats, medians. Target <= 20 ms/pass.
+  scrape  /metrics with pod labels (`-k`, `-c 5000`) against bench/bare_server.py serving the
+          same bytes on the asyncio loop (`bare`) and on uvloop (`bare-uvloop`, the exporter's
+          loop), wrk plain and gzip, interleaved rounds (bench/scrape.py's machinery).
+          Targets: throughput >= 0.85x bare, p99 <= 1.2x bare.
+  churn   RSS growth over `--churn-events` pod churn events (`-c 100`, `--churn-per-list` pods
+          per List), VmRSS after `--churn-warmup` events vs at the end, one gzip scrape of
+          /metrics per second meanwhile. Target: growth <= 5 MiB.
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    BENCH,
+    DEFAULT_BUILD_DIR,
+    PYTHON,
+    Server,
+    build_fake_nvml,
+    exporter_argv,
+    fake_env,
+    free_port,
+    http_get,
+    median,
+    proc_cpu_seconds,
+    proc_status_kib,
+)
+from fake_kubelet_proc import fake_nvml_mig_env
+from scrape import WrkResult, parse_wrk, ratio, run_wrk
+
+TARGET_CPU_MS_PER_PASS = 20.0
+TARGET_THROUGHPUT_RATIO = 0.85
+TARGET_P99_RATIO = 1.2
+TARGET_RSS_GROWTH_MIB = 5.0
+SCRAPE_INTERVAL_MS = 5000
+CHURN_INTERVAL_MS = 100
+
+_COUNTER = re.compile(r'^gpu_enricher_collections_total\{source="(\w+)"\} (\d+)', re.M)
+_ERRORS = re.compile(r'^gpu_enricher_collection_errors_total\{source="kubelet",reason="(\w+)"\}'
+                     r" (\d+)", re.M)
+_POD = re.compile(rb',pod="([^"]*)"')
+
+
+class KubeletProc:
+    """bench/fake_kubelet_proc.py in its own process; `stop()` returns its exit stats."""
+
+    def __init__(self, socket_path: Path, churn: int, cpus: set[int] | None) -> None:
+        self.socket_path = socket_path
+        self.churn = churn
+        self.cpus = cpus
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        cpus = self.cpus
+
+        def pin() -> None:
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [PYTHON, str(BENCH / "fake_kubelet_proc.py"), "--socket", str(self.socket_path),
+             "--churn", str(self.churn)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pin)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = self.proc.stdout.readline()  # blocks until "ready ..." or EOF
+        if not line.startswith("ready") or time.monotonic() > deadline:
+            _, err = self.proc.communicate(timeout=10)
+            raise RuntimeError(f"fake kubelet did not start: {line!r} {err[-2000:]}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> dict[str, Any]:
+        if self.proc is None:
+            return {}
+        proc, self.proc = self.proc, None
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        for line in reversed(out.splitlines()):
+            if line.startswith("{"):
+                stats: dict[str, Any] = json.loads(line)
+                return stats
+        raise RuntimeError(f"fake kubelet gave no stats: {out[-500:]} {err[-2000:]}")
+
+
+@dataclass
+class Node:
+    """What every exporter start needs: the fake library, env, a socket dir, pinning."""
+
+    lib: Path
+    tmp: Path
+    server_cpus: set[int] | None
+    side_cpus: set[int] | None  # the fake kubelet, wrk, and this script's polling
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.env = fake_env(self.lib, 8, {"FAKE_NVML_MIG": fake_nvml_mig_env()})
+
+    def socket(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="k", dir=self.tmp)) / "kubelet.sock"
+
+    def exporter(self, name: str, interval_ms: int, socket: Path | None) -> Server:
+        port = free_port()
+        extra = ["-k", "--pod-resources-kubelet-socket", str(socket)] if socket else []
+        return Server(name, exporter_argv(port, interval_ms, extra), self.env, port,
+                      self.server_cpus)
+
+
+def counters(text: str) -> dict[str, int]:
+    return {m[1]: int(m[2]) for m in _COUNTER.finditer(text)}
+
+
+def metrics_text(server: Server, gz: bool = False) -> tuple[str, bytes]:
+    headers = {"Accept-Encoding": "gzip"} if gz else {}
+    status, resp_headers, body = http_get(server.base + "/metrics", headers)
+    assert status == 200, status
+    if resp_headers.get("Content-Encoding") == "gzip":
+        body = gzip.decompress(body)
+    return body.decode(), body
+
+
+# --- cpu: CPU per collection pass ----------------------------------------------------------
+
+@dataclass
+class CpuRun:
+    interval_ms: int
+    mode: str  # "no -k", "-k churn N"
+    repeat: int
+    passes: int
+    lists: int
+    seconds: float
+    cpu_s: float
+    kubelet_cpu_s: float
+    errors: dict[str, int]
+
+    @property
+    def ms_per_pass(self) -> float:
+        return 1e3 * self.cpu_s / self.passes if self.passes else float("nan")
+
+
+def cpu_run(node: Node, interval_ms: int, churn: int | None, repeat: int, seconds: float,
+            warmup: float) -> CpuRun:
+    kubelet = None
+    socket = None
+    if churn is not None:
+        socket = node.socket()
+        kubelet = KubeletProc(socket, churn, node.side_cpus)
+        kubelet.start()
+    mode = "no -k" if churn is None else f"-k churn {churn}"
+    server = node.exporter(mode, interval_ms, socket)
+    server.start()
+    try:
+        server.wait_status("/ready")
+        time.sleep(warmup)
+        text0, _ = metrics_text(server)
+        cpu0 = proc_cpu_seconds(server.pid)
+        kcpu0 = proc_cpu_seconds(kubelet.pid) if kubelet else 0.0
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        cpu1 = proc_cpu_seconds(server.pid)
+        kcpu1 = proc_cpu_seconds(kubelet.pid) if kubelet else 0.0
+        t1 = time.monotonic()
+        text1, _ = metrics_text(server)
+    finally:
+        server.stop()
+        if kubelet is not None:
+            kubelet.stop()
+    c0, c1 = counters(text0), counters(text1)
+    errors = {m[1]: int(m[2]) for m in _ERRORS.finditer(text1)}
+    return CpuRun(interval_ms, mode, repeat, c1["nvml"] - c0["nvml"],
+                  c1.get("kubelet", 0) - c0.get("kubelet", 0), t1 - t0, cpu1 - cpu0,
+                  kcpu1 - kcpu0, errors)
+
+
+def section_cpu(node: Node, args: argparse.Namespace) -> str:
+    intervals = [int(x) for x in args.cpu_intervals.split(",")]
+    modes: list[int | None] = [None, *(int(x) for x in args.cpu_churn.split(","))]
+    runs: list[CpuRun] = []
+    started = time.monotonic()
+    for rep in range(1, args.cpu_repeats + 1):
+        for interval in intervals:
+            for churn in modes:
+                r = cpu_run(node, interval, churn, rep, args.cpu_seconds, args.cpu_warmup)
+                runs.append(r)
+                print(f"[{time.monotonic() - started:5.0f}s] cpu rep {rep} -c {interval} "
+                      f"{r.mode:12} {r.passes} passes {r.ms_per_pass:6.2f} ms/pass "
+                      f"kubelet lists {r.lists} errors {r.errors or '-'}", file=sys.stderr)
+    out = [f"### CPU per collection pass ({args.cpu_seconds:g} s windows, no scrapes, "
+           f"median of {args.cpu_repeats} (min..max))", "",
+           "| -c ms | exporter | passes | Lists | CPU ms/pass | vs no -k | CPU % of a core "
+           "| fake kubelet CPU ms/List | kubelet errors |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for interval in intervals:
+        base = {r.repeat: r.ms_per_pass for r in runs
+                if r.interval_ms == interval and r.mode == "no -k"}
+        for churn in modes:
+            mode = "no -k" if churn is None else f"-k churn {churn}"
+            rs = [r for r in runs if r.interval_ms == interval and r.mode == mode]
+            ms = [r.ms_per_pass for r in rs]
+            delta = [r.ms_per_pass - base[r.repeat] for r in rs if r.repeat in base]
+            pct = [100 * r.cpu_s / r.seconds for r in rs]
+            kms = [1e3 * r.kubelet_cpu_s / r.lists for r in rs if r.lists]
+            errs: dict[str, int] = {}
+            for r in rs:
+                for k, v in r.errors.items():
+                    errs[k] = errs.get(k, 0) + v
+            kubelet_ms = f"{median(kms):.2f}" if kms else "-"
+            vs_base = "-" if churn is None else f"{median(delta):+.2f}"
+            lists = "-" if churn is None else f"{median([r.lists for r in rs]):.0f}"
+            out.append(
+                f"| {interval} | {mode} | {median([r.passes for r in rs]):.0f} | {lists} "
+                f"| {median(ms):.2f} ({min(ms):.2f}..{max(ms):.2f}) | {vs_base} "
+                f"| {median(pct):.2f} | {kubelet_ms} | {errs or '-'} |")
+    worst = max(median([r.ms_per_pass for r in runs if r.interval_ms == i and r.mode == m])
+                for i in intervals for m in {r.mode for r in runs} if m != "no -k")
+    verdict = "met" if worst <= TARGET_CPU_MS_PER_PASS else "MISSED"
+    out += ["", f"- worst -k median: {worst:.2f} ms/pass (target <= "
+            f"{TARGET_CPU_MS_PER_PASS:g}): {verdict}"]
+    return "\n".join(out)
+
+
+# --- scrape: exporter with pod labels vs bare -----------------------------------------------
+
+def fetch_bodies(node: Node, bodies: Path, kubelet_socket: Path) -> dict[str, int]:
+    """The exporter's plain and gzip /metrics bodies, stored as bare_server.py reads them."""
+    server = node.exporter("exporter", SCRAPE_INTERVAL_MS, kubelet_socket)
+    server.start()
+    try:
+        server.wait_status("/ready")
+        # /ready does not wait for the kubelet: wait until the pods show up.
+        deadline = time.monotonic() + 20
+        while counters(metrics_text(server)[0]).get("kubelet", 0) < 1:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the exporter never completed a kubelet List")
+            time.sleep(0.1)
+        headers: dict[str, dict[str, str]] = {}
+        for variant, req in (("plain", {}), ("gzip", {"Accept-Encoding": "gzip"})):
+            status, resp_headers, body = http_get(server.base + "/metrics", req)
+            assert status == 200, status
+            keep = ("Content-Type", "Content-Encoding", "Vary")
+            headers[variant] = {k: v for k, v in resp_headers.items() if k in keep}
+            (bodies / f"{variant}.bin").write_bytes(body)
+        (bodies / "headers.json").write_text(json.dumps(headers, indent=1))
+    finally:
+        server.stop()
+    plain = (bodies / "plain.bin").read_bytes()
+    gz = (bodies / "gzip.bin").read_bytes()
+    assert headers["gzip"].get("Content-Encoding") == "gzip", headers
+    lines = [line for line in plain.splitlines() if not line.startswith(b"#")]
+    return {"plain": len(plain), "gzip": len(gz), "series": len(lines),
+            "series with pod": sum(1 for line in lines if b',pod="' in line),
+            "pods": len({m for line in lines for m in _POD.findall(line)})}
+
+
+def section_scrape(node: Node, args: argparse.Namespace) -> str:
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed (apt-get install wrk)")
+    socket = node.socket()
+    kubelet = KubeletProc(socket, args.scrape_churn, node.side_cpus)
+    kubelet.start()
+    bodies = Path(tempfile.mkdtemp(prefix="bodies-", dir=node.tmp))
+    servers = ["exporter", *(b.strip() for b in args.bare.split(",") if b.strip())]
+    if not set(servers[1:]) <= {"bare", "bare-uvloop"}:
+        raise SystemExit(f"--bare: bare and/or bare-uvloop, not {args.bare!r}")
+    wrk_args = argparse.Namespace(threads=args.threads, connections=args.connections)
+    results: list[WrkResult] = []
+    started = time.monotonic()
+    try:
+        sizes = fetch_bodies(node, bodies, socket)
+        print(f"bodies: {sizes}", file=sys.stderr)
+        for rnd in range(1, args.rounds + 1):
+            for kind in servers:
+                if kind == "exporter":
+                    server = node.exporter(kind, SCRAPE_INTERVAL_MS, socket)
+                else:
+                    port = free_port()
+                    argv = [PYTHON, str(BENCH / "bare_server.py"), "--port", str(port),
+                            "--dir", str(bodies)]
+                    if kind == "bare-uvloop":
+                        argv.append("--uvloop")
+                    server = Server(kind, argv, node.env, port, node.server_cpus)
+                server.start()
+                try:
+                    server.wait_status("/ready")
+                    if kind == "exporter":  # pod labels in place before load starts
+                        while counters(metrics_text(server)[0]).get("kubelet", 0) < 1:
+                            time.sleep(0.05)
+                    url = server.base + "/metrics"
+                    for gz in (False, True):
+                        if args.warmup > 0:
+                            run_wrk(url, wrk_args, args.warmup, gz, node.side_cpus)
+                    for gz in (False, True):
+                        result = parse_wrk(run_wrk(url, wrk_args, args.duration, gz,
+                                                   node.side_cpus),
+                                           kind, "gzip" if gz else "plain", rnd)
+                        results.append(result)
+                        print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {kind:8} "
+                              f"{result.variant:5} {result.rps:9,.0f} req/s "
+                              f"p99 {result.p99_ms:6.2f} ms {result.errors}", file=sys.stderr)
+                finally:
+                    server.stop()
+    finally:
+        kubelet.stop()
+        shutil.rmtree(bodies, ignore_errors=True)
+    by: dict[tuple[str, str], list[WrkResult]] = {}
+    for r in results:
+        by.setdefault((r.server, r.variant), []).append(r)
+    out = [f"### /metrics with pod labels: wrk -t{args.threads} -c{args.connections} "
+           f"-d{args.duration}s, {args.rounds} interleaved rounds, medians", "",
+           f"Body: {sizes['plain']:,} B plain, {sizes['gzip']:,} B gzip; {sizes['series']} "
+           f"series, {sizes['series with pod']} with a pod label, {sizes['pods']} pods.", "",
+           "| server | variant | req/s | p50 ms | p99 ms | bytes/resp | errors |",
+           "|---|---|---:|---:|---:|---:|---|"]
+    for kind in servers:
+        for variant in ("plain", "gzip"):
+            rs = by.get((kind, variant), [])
+            errs = sorted({r.errors for r in rs if r.errors})
+            out.append(f"| {kind} | {variant} | {median([r.rps for r in rs]):,.0f} "
+                       f"| {median([r.p50_ms for r in rs]):.2f} "
+                       f"| {median([r.p99_ms for r in rs]):.2f} "
+                       f"| {median([r.bytes_per_response for r in rs]):,.0f} "
+                       f"| {' '.join(errs) or '-'} |")
+    out += ["", "Ratios, median of the per-round ratios (min..max over rounds):", "",
+            "| ratio | variant | throughput | p99 | targets |", "|---|---|---:|---:|---|"]
+    for base, variant in ((b, v) for b in servers[1:] for v in ("plain", "gzip")):
+        ra = {r.round: r for r in by.get(("exporter", variant), [])}
+        rb = {r.round: r for r in by.get((base, variant), [])}
+        rounds = sorted(set(ra) & set(rb))
+        tput = [ratio(ra[i].rps, rb[i].rps) for i in rounds]
+        p99 = [ratio(ra[i].p99_ms, rb[i].p99_ms) for i in rounds]
+        if not tput:
+            continue
+        ok_t = median(tput) >= TARGET_THROUGHPUT_RATIO
+        ok_p = median(p99) <= TARGET_P99_RATIO
+        out.append(f"| exporter/{base} | {variant} | {median(tput):.2f} "
+                   f"({min(tput):.2f}..{max(tput):.2f}) "
+                   f"| {median(p99):.2f} ({min(p99):.2f}..{max(p99):.2f}) "
+                   f"| throughput {'met' if ok_t else 'MISSED'}, "
+                   f"p99 {'met' if ok_p else 'MISSED'} |")
+    return "\n".join(out)
+
+
+# --- churn: RSS growth over pod churn -------------------------------------------------------
+
+def section_churn(node: Node, args: argparse.Namespace) -> str:
+    per_list = args.churn_per_list
+    socket = node.socket()
+    kubelet = KubeletProc(socket, per_list, node.side_cpus)
+    kubelet.start()
+    server = node.exporter("exporter", CHURN_INTERVAL_MS, socket)
+    server.start()
+    seen_pods: set[bytes] = set()
+    samples: list[tuple[float, int, float]] = []  # (seconds, churn events, RSS MiB)
+    rss_warm = rss_end = float("nan")
+    warm_events = end_events = 0
+    cpu_warm = cpu_end = 0.0
+    passes_warm = passes_end = 0
+    text = ""
+    stats: dict[str, Any] = {}
+    try:
+        server.wait_status("/ready")
+        pid = server.pid
+        rss_ready = proc_status_kib(pid, "VmRSS") / 1024
+        t0 = time.monotonic()
+        deadline = t0 + args.churn_timeout
+        i = 0
+        while True:
+            text, raw = metrics_text(server, gz=True)
+            seen_pods.update(_POD.findall(raw))
+            now = time.monotonic() - t0
+            c = counters(text)
+            # Each successful List is followed by `per_list` churn events in the kubelet.
+            events = c.get("kubelet", 0) * per_list
+            rss = proc_status_kib(pid, "VmRSS") / 1024
+            samples.append((now, events, rss))
+            if not warm_events and events >= args.churn_warmup:
+                rss_warm, warm_events = rss, events
+                cpu_warm, passes_warm = proc_cpu_seconds(pid), c["nvml"]
+                print(f"[{now:5.0f}s] warm: {events} events, RSS {rss:.1f} MiB", file=sys.stderr)
+            if warm_events and events >= warm_events + args.churn_events:
+                rss_end, end_events = rss, events
+                cpu_end, passes_end = proc_cpu_seconds(pid), c["nvml"]
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {events} churn events in {args.churn_timeout} s")
+            if i % 10 == 0:
+                print(f"[{now:5.0f}s] {events} events, RSS {rss:.1f} MiB", file=sys.stderr)
+            i += 1
+            time.sleep(max(0.0, t0 + i - time.monotonic()))
+        hwm = proc_status_kib(pid, "VmHWM") / 1024
+    finally:
+        server.stop()
+        stats = kubelet.stop()
+    errors = {m[1]: int(m[2]) for m in _ERRORS.finditer(text)}
+    growth = rss_end - rss_warm
+    # Slope over the second half of the run (MiB per 1,000 events): steady leak vs a step.
+    half = [s for s in samples if s[1] >= (warm_events + end_events) / 2]
+    slope = ((half[-1][2] - half[0][2]) / (half[-1][1] - half[0][1]) * 1e3
+             if len(half) > 1 and half[-1][1] > half[0][1] else float("nan"))
+    cpu_ms = 1e3 * (cpu_end - cpu_warm) / max(passes_end - passes_warm, 1)
+    verdict = "met" if growth <= TARGET_RSS_GROWTH_MIB else "MISSED"
+    out = [f"### RSS over pod churn (-c {CHURN_INTERVAL_MS}, {per_list} pods replaced per List, "
+           "one gzip scrape/s)", "",
+           "| RSS at ready MiB | after warm-up MiB (events) | end MiB (events) | growth MiB "
+           "| MiB per 1k events, 2nd half | VmHWM MiB | CPU ms/pass (scrapes incl.) |",
+           "|---:|---:|---:|---:|---:|---:|---:|",
+           f"| {rss_ready:.1f} | {rss_warm:.1f} ({warm_events:,}) | {rss_end:.1f} "
+           f"({end_events:,}) | {growth:+.2f} | {slope:+.3f} | {hwm:.1f} | {cpu_ms:.2f} |", "",
+           f"- growth over {end_events - warm_events:,} churn events: {growth:+.2f} MiB "
+           f"(target <= {TARGET_RSS_GROWTH_MIB:g}): {verdict}",
+           f"- fake kubelet: {stats.get('list_calls', '?')} List calls, "
+           f"{stats.get('churn_events', '?'):,} churn events, {stats.get('pod_names', '?'):,} "
+           f"distinct pod names served; {len(seen_pods):,} distinct pod names seen in the "
+           f"{len(samples)} scrapes",
+           f"- kubelet collection errors: {errors or 'none'}"]
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default="cpu,scrape,churn")
+    parser.add_argument("--cpu-intervals", default="200,1000", help="exporter -c values")
+    parser.add_argument("--cpu-churn", default="0,5", help="-k modes: pods churned per List")
+    parser.add_argument("--cpu-seconds", type=float, default=60.0)
+    parser.add_argument("--cpu-warmup", type=float, default=3.0)
+    parser.add_argument("--cpu-repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="scrape rounds")
+    parser.add_argument("--duration", type=int, default=8, help="wrk -d, seconds")
+    parser.add_argument("--bare", default="bare,bare-uvloop",
+                        help="baselines: bare (asyncio loop) and/or bare-uvloop")
+    parser.add_argument("--warmup", type=int, default=1, help="wrk warm-up seconds per variant")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--connections", type=int, default=10)
+    parser.add_argument("--scrape-churn", type=int, default=0,
+                        help="pods churned per List during the scrape section")
+    parser.add_argument("--churn-per-list", type=int, default=25)
+    parser.add_argument("--churn-events", type=int, default=10_000,
+                        help="events counted after the warm-up")
+    parser.add_argument("--churn-warmup", type=int, default=500)
+    parser.add_argument("--churn-timeout", type=float, default=300.0)
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="by default the exporter runs on CPU 1, everything else on CPU 0")
+    parser.add_argument("--server-cpus", default="1")
+    parser.add_argument("--side-cpus", default="0")
+    parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
+    args = parser.parse_args()
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    for s in sections:
+        if s not in ("cpu", "scrape", "churn"):
+            parser.error(f"unknown section {s!r}")
+    server_cpus = {int(c) for c in args.server_cpus.split(",")} if args.pin else None
+    side_cpus = {int(c) for c in args.side_cpus.split(",")} if args.pin else None
+    if args.pin and not ((server_cpus or set()) | (side_cpus or set())) <= \
+            os.sched_getaffinity(0):
+        parser.error(f"pinning needs CPUs {args.server_cpus} and {args.side_cpus}")
+    if side_cpus:
+        os.sched_setaffinity(0, side_cpus)  # this script's polling stays off the exporter's CPU
+
+    lib = build_fake_nvml(args.build_dir)
+    tmp = Path(tempfile.mkdtemp(prefix="gek-", dir="/tmp"))  # short: sun_path is 108 bytes
+    node = Node(lib, tmp, server_cpus, side_cpus)
+    print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; 8 GPUs x 7 MIG 1g.10gb, "
+          f"110 pods (56 on GPUs); pinning: "
+          f"{f'exporter CPU {args.server_cpus}, rest CPU {args.side_cpus}' if args.pin else 'none'}"
+          "\n")
+    try:
+        for section in sections:
+            fn = {"cpu": section_cpu, "scrape": section_scrape, "churn": section_churn}[section]
+            print(fn(node, args), "\n", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
