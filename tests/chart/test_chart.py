@@ -364,8 +364,8 @@ def test_defaults(rendered: dict[str, Rendered], test_chart: Path) -> None:
     assert r.pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
                                      "effect": "NoSchedule"}]
     assert "runtimeClassName" not in r.pod and "affinity" not in r.pod
-    assert r.container["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"},
-                                        "limits": {"cpu": "250m", "memory": "128Mi"}}
+    assert r.container["resources"] == {"requests": {"cpu": "50m", "memory": "96Mi"},
+                                        "limits": {"cpu": "250m", "memory": "192Mi"}}
     assert r.container["image"] == f"gpu-enricher:{PACKAGE_VERSION}"
     config, warnings = parse_config(r.container["args"], {"NODE_NAME": "node-a"})
     assert warnings == []
