@@ -150,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
         names = [f"-{opt.short}"] if opt.short else []
         names.append(f"--{opt.long}")
         if opt.parse is None:
-            parser.add_argument(*names, action="store_const", const="true", default=None,
-                                help=opt.help + _env_help(opt.long))
+            # `--kubernetes` or `--kubernetes=true|false`, as dcgm-exporter's CLI accepts.
+            parser.add_argument(*names, nargs="?", const="true", default=None,
+                                metavar="true|false", help=opt.help + _env_help(opt.long))
         else:
             parser.add_argument(*names, default=None, metavar=opt.metavar,
                                 help=opt.help + _env_help(opt.long))
@@ -172,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
             compat.add_argument(*names, default=None, metavar="VALUE",
                                 help=flag.help + default_note + _env_help(flag.long))
         else:
-            compat.add_argument(*names, action="store_const", const="true", default=None,
-                                help=flag.help + _env_help(flag.long))
+            compat.add_argument(*names, nargs="?", const="true", default=None,
+                                metavar="true|false", help=flag.help + _env_help(flag.long))
     return parser
 
 
@@ -244,6 +245,20 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
     return config, _unimplemented_warnings(args, env)
 
 
+DCGM_IMAGE_DIR: Final = Path("/etc/dcgm-exporter")
+
+
+def counters_path(path: Path) -> Path:
+    """dcgm-exporter's image ships its counters files in /etc/dcgm-exporter, and copied
+    manifests point there (`-f /etc/dcgm-exporter/dcp-metrics-included.csv`): when such a
+    file is absent from this image, use the bundled counters instead of crash-looping."""
+    if path.parent == DCGM_IMAGE_DIR and not path.exists():
+        log.warning("%s is a counters file of dcgm-exporter's image and is not here; using "
+                    "gpu-enricher's bundled counters (mount your own file to keep yours)", path)
+        return default_counters_path()
+    return path
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -282,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for warning in warnings:
         log.warning("%s", warning)
     try:
-        counters = load_counters(config.collectors)
+        counters = load_counters(counters_path(config.collectors))
         from .app import make_backend, run
 
         backend = make_backend(config)

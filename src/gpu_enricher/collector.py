@@ -17,7 +17,7 @@ from .backend import AssignmentSource, BackendUnavailable, GpuBackend
 from .counters import CounterLine, CounterPlan, plan_counters
 from .devices import EMPTY_ATTRIBUTION, Attribution, attribute
 from .join import allocation_family, dcgm_families
-from .model import AssignmentSnapshot, NodeSnapshot
+from .model import AssignmentSnapshot, GpuSnapshot, NodeSnapshot
 from .render import Exposition, Family
 from .selfmetrics import SourceHealth, kubelet_families, self_families
 
@@ -177,7 +177,11 @@ class Collector:
                 if not self.ready:  # /ready never waits for the kubelet
                     self.exposition = self._render()
                     self.ready = True
-                await refresh  # bounded by the client's deadline
+                try:
+                    await refresh  # bounded by the client's deadline
+                except Exception:  # a bug there must not freeze the GPU series
+                    log.exception("pod assignment refresh failed")
+                    self._errors["internal"] += 1
         finally:
             if refresh is not None and not refresh.done():
                 refresh.cancel()
@@ -205,6 +209,22 @@ class Collector:
             elif not was and gpu.healthy:
                 log.warning("GPU %d (%s) answers again", gpu.identity.index, gpu.identity.uuid)
 
+    async def _reopen(self, exc: BackendUnavailable) -> None:
+        """The backend went away mid-run: every GPU reports down (its DCGM series vanish,
+        `gpu_enricher_gpu_up` goes 0) until the backend opens again, with backoff."""
+        log.error("%s backend lost: %s; reopening", self.backend.name, exc.message)
+        self._errors[exc.reason] += 1
+        self._opened = False
+        self._backend_error = exc.message
+        if self.snapshot is not None:
+            self.snapshot = NodeSnapshot(
+                tuple(GpuSnapshot(g.identity, healthy=False, error=exc.message)
+                      for g in self.snapshot.gpus),
+                self.snapshot.driver_version)
+        self.exposition = self._render()
+        await self._call(self.backend.close)
+        await self.open_backend()
+
     async def run(self) -> None:
         """Open the backend, then collect at a fixed rate, skipping slots a slow pass missed."""
         self.running = True
@@ -215,6 +235,8 @@ class Collector:
             while True:
                 try:
                     await self.collect_once()
+                except BackendUnavailable as exc:  # e.g. a driver reload: start NVML over
+                    await self._reopen(exc)
                 except Exception:  # a bug in one pass must not end collection for good
                     log.exception("collection pass failed")
                     self._errors["internal"] += 1
@@ -227,5 +249,9 @@ class Collector:
             self.running = False
             if self.assignments is not None:
                 await self.assignments.close()
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.close)
+            if self._call_started is None:
+                await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self.backend.close)
+            else:  # closing would queue behind the hung call and block shutdown
+                log.warning("exiting with a %s call still running", self.backend.name)
             self._executor.shutdown(wait=False)

@@ -26,6 +26,13 @@ from .nvml_gpm import GpmSampler, SampleKey, device_supports_gpm
 
 log = logging.getLogger(__name__)
 
+# Answers that mean the driver under NVML went away or changed: re-initialise NVML.
+DRIVER_GONE = frozenset({
+    pynvml.NVML_ERROR_UNINITIALIZED,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+})
+
 
 class NvmlBackend:
     """GPU samples from the NVIDIA driver through nvidia-ml-py."""
@@ -39,6 +46,7 @@ class NvmlBackend:
         self._system: dict[str, str | None] = {}
         self._gpm = GpmSampler()
         self._gpm_devices: dict[str, bool] = {}  # UUID → supports GPM
+        self._mig_modes: dict[str, bool] = {}  # UUID → MIG mode seen last pass
         self._open = False
 
     def open(self) -> None:
@@ -52,12 +60,18 @@ class NvmlBackend:
         self._system.clear()
         self._gpm_devices.clear()
         try:
-            for index in range(pynvml.nvmlDeviceGetCount()):
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            log.debug("GPM support check skipped: %s", exc)
+            count = 0
+        for index in range(count):
+            try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = text(pynvml.nvmlDeviceGetUUID(handle))
-                self._gpm_devices[uuid] = device_supports_gpm(handle)
-        except pynvml.NVMLError as exc:  # a lost GPU: its fields show up when it returns
-            log.debug("GPM support check stopped: %s", exc)
+            except pynvml.NVMLError as exc:  # a lost GPU: checked when it returns
+                log.debug("GPM support check of GPU %d failed: %s", index, exc)
+                continue
+            self._gpm_devices[uuid] = device_supports_gpm(handle)
 
     def close(self) -> None:
         if self._open:
@@ -89,6 +103,9 @@ class NvmlBackend:
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
+            if exc.value in DRIVER_GONE:  # a driver reload or upgrade: NVML must start over
+                raise BackendUnavailable(error_reason(exc), f"NVML lost the driver: {exc}") \
+                    from None
             errors.append(SampleError(SOURCE, error_reason(exc)))
             count = max(self._identities, default=-1) + 1
         gpus = tuple(self._sample_gpu(i, specs, errors) for i in range(count))
@@ -135,7 +152,7 @@ class NvmlBackend:
                 value = reader.read(spec)
                 if value is not None:
                     values[spec.name] = value
-            mig_enabled = self._mig_enabled(reader, handle)
+            mig_enabled = self._mig_enabled(reader, handle, ident.uuid)
             instances = (
                 self._safe_instances(handle, ident.uuid, specs, errors, index)
                 if mig_enabled
@@ -173,9 +190,15 @@ class NvmlBackend:
         ident = self._identities.get(index) or DeviceIdentity(index, "", "", "")
         return GpuSnapshot(ident, healthy=False, error=message)
 
-    def _mig_enabled(self, reader: DeviceReader, handle: Any) -> bool:
+    def _mig_enabled(self, reader: DeviceReader, handle: Any, uuid: str) -> bool:
         mode = reader.call("mig_mode", lambda: pynvml.nvmlDeviceGetMigMode(handle))
-        return bool(mode and mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
+        enabled = bool(mode and mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
+        if self._mig_modes.setdefault(uuid, enabled) != enabled:
+            # MIG mode changes what NVML supports (GPU_UTIL is NOT_SUPPORTED in MIG mode):
+            # forget this GPU's remembered NOT_SUPPORTED answers and ask again.
+            self._mig_modes[uuid] = enabled
+            self.unsupported = {k for k in self.unsupported if k[0] != uuid or k[1] == "mig_mode"}
+        return enabled
 
     def _safe_instances(self, parent: Any, parent_uuid: str, specs: list[FieldSpec],
                         errors: list[SampleError], index: int) -> tuple[GpuInstance, ...]:
@@ -195,15 +218,17 @@ class NvmlBackend:
         for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(parent)):
             try:
                 mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
-            except pynvml.NVMLError as exc:
-                if exc.value == pynvml.NVML_ERROR_NOT_FOUND:
+                gi = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
+                if gi in by_gi:  # several compute instances in one GPU instance: one series set
                     continue
-                raise
-            gi = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
-            if gi in by_gi:  # several compute instances in one GPU instance: one series set
+                ci = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
+                mig_uuid = text(pynvml.nvmlDeviceGetUUID(mig))
+            except pynvml.NVMLError as exc:
+                if exc.value in GPU_FATAL:
+                    raise
+                if exc.value != pynvml.NVML_ERROR_NOT_FOUND:  # one bad slot hides only itself
+                    errors.append(SampleError(SOURCE, error_reason(exc), index))
                 continue
-            ci = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
-            mig_uuid = text(pynvml.nvmlDeviceGetUUID(mig))
             reader = DeviceReader(self, mig, mig_uuid, errors, index)
             reader.gpm = self._gpm_metrics(parent, (parent_uuid, gi), instance_specs, errors, index)
             values = {s.name: v for s in instance_specs if (v := reader.read(s)) is not None}

@@ -28,6 +28,8 @@ GPU_FATAL: Final = frozenset({
 UNSUPPORTED: Final = frozenset({
     pynvml.NVML_ERROR_NOT_SUPPORTED,
     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,  # a v2 struct on an old driver
+    pynvml.NVML_ERROR_NO_PERMISSION,
 })
 _VALUE_READERS: Final[dict[int, Callable[[Any], int | float]]] = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: lambda v: float(v.dVal),

@@ -452,7 +452,9 @@ def test_servicemonitor_follows_the_crd(rendered: dict[str, Rendered]) -> None:
 def test_servicemonitor_relabelings(rendered: dict[str, Rendered]) -> None:
     monitor = rendered["servicemonitor-crd-detected"].one("ServiceMonitor")
     service = rendered["servicemonitor-crd-detected"].one("Service")
-    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    # A ServiceMonitor selects Services by their metadata labels.
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector and selector.items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"

@@ -225,3 +225,57 @@ async def test_exposition_through_the_collector(
     assert 'gpu_enricher_gpu_up{gpu="2",UUID="",' in text
     assert f'gpu_enricher_gpu_up{{gpu="0",UUID="{UUID0}"' in text
     assert 'gpu_enricher_collection_errors_total{source="nvml",reason="GpuIsLost"} 1' in text
+
+
+def test_gpm_support_survives_a_gpu_lost_at_start(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, gpu_count="3", gpm="0,1,2", lost="0")
+    backends.append(backend)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in backend.deliverable_fields()
+
+
+def test_mig_mode_change_asks_again_what_was_not_supported(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
+    backend = open_backend(fake, monkeypatch, gpu_count="2", mig="1=1:9")
+    backends.append(backend)
+    fake.set_not_supported(1, "util", True)  # as NVML answers for a GPU in MIG mode
+    assert "DCGM_FI_DEV_GPU_UTIL" not in sample(backend).gpus[1].values
+    fake.set_mig(1, None)  # mig-parted turns MIG off
+    fake.set_not_supported(1, "util", False)
+    sample(backend)  # this pass sees the mode change
+    gpu1 = sample(backend).gpus[1]
+    assert not gpu1.mig_enabled and gpu1.values["DCGM_FI_DEV_GPU_UTIL"] == 20
+
+
+async def test_driver_reload_reinitialises_nvml(fake: FakeNvml,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import pynvml
+
+    monkeypatch.setenv("FAKE_NVML_GPU_COUNT", "2")
+    fake.reset()
+    collector = Collector(NvmlBackend(), CollectorOptions(
+        interval_seconds=0.05, hostname=None, counters=parse_counters(CSV, "t.csv"),
+        retry_initial_seconds=0.05))
+    task = asyncio.create_task(collector.run())
+    try:
+        for _ in range(100):
+            if collector.ready:
+                break
+            await asyncio.sleep(0.02)
+        opened = fake.calls("nvmlInitWithFlags")
+        pynvml.nvmlShutdown()  # the driver goes away under NVML: calls answer UNINITIALIZED
+        for _ in range(200):
+            if fake.calls("nvmlInitWithFlags") > opened and collector.snapshot is not None \
+                    and all(g.healthy for g in collector.snapshot.gpus):
+                break
+            await asyncio.sleep(0.02)
+        text = collector.exposition.text.decode()
+        assert fake.calls("nvmlInitWithFlags") > opened, "NVML was initialised again"
+        assert 'gpu_enricher_collection_errors_total{source="nvml",reason="Uninitialized"}' in text
+        assert "DCGM_FI_DEV_POWER_USAGE{" in text and 'gpu_enricher_source_up{source="nvml"} 1' \
+            in text
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -3,6 +3,7 @@
 import asyncio
 import dataclasses
 import gzip
+import re
 import threading
 from collections.abc import AsyncIterator
 
@@ -168,19 +169,19 @@ async def test_unusable_backend_keeps_serving_and_says_why(http: aiohttp.ClientS
         async with http.get(server.make_url("/metrics")) as resp:
             body = await resp.text()
         assert 'gpu_enricher_source_up{source="nvml"} 0' in body
-        assert 'gpu_enricher_collection_errors_total{source="nvml",reason="LibraryNotFound"} 1' \
-            in body
+        assert re.search(r'gpu_enricher_collection_errors_total\{source="nvml",'
+                         r'reason="LibraryNotFound"\} [1-9]', body), body
     finally:
         await server.close()
 
 
 async def test_health_fails_when_a_backend_call_hangs(http: aiohttp.ClientSession) -> None:
     backend = GatedBackend()  # the first pass blocks: a hung driver
-    server = await serve(backend, stall_seconds=0.3)
+    server = await serve(backend, stall_seconds=1.0)
     try:
         async with http.get(server.make_url("/health")) as resp:
             assert resp.status == 200
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.3)
         async with http.get(server.make_url("/health")) as resp:
             assert resp.status == 503
             assert "hung driver" in await resp.text()

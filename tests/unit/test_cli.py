@@ -129,3 +129,23 @@ def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
 )
 def test_simulate_flag_and_env(argv: list[str], env: dict[str, str], expected: str | None) -> None:
     assert parse_config(argv, env)[0].simulate == expected
+
+
+def test_boolean_flags_take_an_optional_value_as_dcgm_exporter_does() -> None:
+    config, _ = parse_config(["--kubernetes=true", "--no-hostname=false", "-k"], {})
+    assert config.kubernetes and config.hostname is not None
+    config, _ = parse_config(["--kubernetes=false"], {})
+    assert not config.kubernetes
+    _, warnings = parse_config(["--fake-gpus=false", "--enable-dcgm-log"], {})
+    assert len(warnings) == 1 and "--enable-dcgm-log" in warnings[0]
+
+
+def test_dcgm_image_counters_path_falls_back_to_the_bundled_file(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from gpu_enricher.cli import counters_path
+
+    missing = Path("/etc/dcgm-exporter/dcp-metrics-included.csv")
+    assert counters_path(missing) == default_counters_path()
+    assert "dcp-metrics-included.csv" in caplog.text
+    other = Path("/etc/custom/counters.csv")
+    assert counters_path(other) == other, "other paths stay errors if missing"

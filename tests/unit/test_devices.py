@@ -36,7 +36,7 @@ NODE = (
         ("nvidia.com/gpu", "nvidia2/gi5", (2, 5), None),
         ("nvidia.com/gpu", "nvidia2/gi1/vgpu1", (2, 1), "1"),
         ("nvidia.com/gpu.shared", f"{U0}::1", (0, None), "1"),  # --nvidia-resource-names
-        ("nvidia.com/gpu", U0.lower().replace("gpu-", "GPU-"), (0, None), None),
+        ("nvidia.com/gpu", "GPU-" + U0[4:].upper(), (0, None), None),  # case-insensitive
     ],
 )
 def test_every_device_id_form(resource: str, device_id: str, key: tuple[int, int | None],

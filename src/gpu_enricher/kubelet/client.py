@@ -22,7 +22,8 @@ from ._generated.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 log = logging.getLogger(__name__)
 
 MAX_RECEIVE_BYTES: Final = 256 << 20
-SOCKET_MISSING: Final = "SOCKET_MISSING"  # a reason label next to gRPC's status code names
+SOCKET_MISSING: Final = "SOCKET_MISSING"  # reason labels next to gRPC's status code names
+SOCKET_ERROR: Final = "SOCKET_ERROR"
 
 
 class KubeletError(Exception):
@@ -78,7 +79,11 @@ class PodResourcesClient:
                 v1alpha1_grpc.PodResourcesListerStub(self._channel))
 
     async def _unary(self, method: Any, request: Any) -> Any:
-        if not self.socket_path.exists():
+        try:
+            present = self.socket_path.exists()
+        except OSError as exc:  # e.g. a root-only directory and a non-root exporter
+            raise KubeletError(SOCKET_ERROR, f"{self.socket_path}: {exc.strerror}") from None
+        if not present:
             raise KubeletError(SOCKET_MISSING, f"{self.socket_path} does not exist")
         try:
             return await method(request, timeout=self.timeout_seconds)
