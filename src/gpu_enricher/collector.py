@@ -89,7 +89,8 @@ class Collector:
         return health
 
     def _attribution(self, snapshot: NodeSnapshot, pods: AssignmentSnapshot) -> Attribution:
-        attribution = attribute(snapshot.gpus, pods.assignments, self.options.extra_resources)
+        attribution = attribute(snapshot.gpus, pods.assignments, self.options.extra_resources,
+                                pods.pod_age)
         for device_id in attribution.unmatched:
             # Once per ID (bounded): an unknown form or a device of another node is news once.
             if device_id not in self._unmatched_logged and len(self._unmatched_logged) < 1000:

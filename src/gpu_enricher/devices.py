@@ -135,10 +135,21 @@ def _resolve(ref: DeviceRef, node: _NodeIndex) -> EntityKey | None:
     return key if ref.gpu_instance is None or key in node.instances else None
 
 
+def _ordered(holders: set[Holder], pod_age: Mapping[tuple[str, str], int]) -> tuple[Holder, ...]:
+    """Sorted; but an exclusive device (no replica) listed for several pods is a kubelet before
+    1.34 still listing finished pods (kubernetes #119423): the newest pod holds it, so it
+    goes first. `pod_age` is how many `List` answers ago a pod first appeared."""
+    ordered = sorted(holders)
+    if len(ordered) > 1 and all(h.replica is None for h in ordered):
+        ordered.sort(key=lambda h: pod_age.get((h.namespace, h.pod), 0))
+    return tuple(ordered)
+
+
 def attribute(
     gpus: Sequence[GpuSnapshot],
     assignments: Iterable[PodAssignment],
     extra_resources: Collection[str] = (),
+    pod_age: Mapping[tuple[str, str], int] | None = None,
 ) -> Attribution:
     """Which (pod, container) holds each GPU and MIG instance of this node."""
     node = _index(gpus)
@@ -156,7 +167,8 @@ def attribute(
             holders.setdefault(key, set()).add(Holder(
                 assignment.namespace, assignment.pod, assignment.container,
                 assignment.resource, device_id, ref.replica))
-    return Attribution({k: tuple(sorted(v)) for k, v in holders.items()},
+    ages = pod_age or {}
+    return Attribution({k: _ordered(v, ages) for k, v in holders.items()},
                        tuple(sorted(set(unmatched))))
 
 

@@ -106,3 +106,5 @@ class AssignmentSnapshot:
     up: bool
     allocatable: tuple[AllocatableDevices, ...] | None
     api: str
+    pod_age: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """(namespace, pod) → how many `List` answers ago the pod first appeared."""

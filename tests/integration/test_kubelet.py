@@ -380,3 +380,16 @@ async def test_a_broken_assignment_source_never_freezes_gpu_series(socket_dir: P
     assert 'gpu_enricher_collections_total{source="simulated"} 2' in text, "rendered each pass"
     assert 'gpu_enricher_collection_errors_total{source="simulated",reason="internal"} 2' in text
     await source.close()
+
+
+async def test_newest_pod_wins_an_exclusive_gpu_still_listed_for_a_finished_one(
+        kubelet: FakeKubelet, collectors: list[Collector]) -> None:
+    finished = PodAssignment("ml", "a-finished", "c", "nvidia.com/gpu", (SIM_UUIDS[0],))
+    kubelet.set_assignments([finished])
+    collector = make_collector(SimulatedBackend(SIM), kubelet.socket_path)
+    collectors.append(collector)
+    assert 'pod="a-finished"' in "\n".join(temp_lines(await text_of(collector)))
+    kubelet.set_assignments([finished, PodAssignment("ml", "z-new", "c", "nvidia.com/gpu",
+                                                     (SIM_UUIDS[0],))])
+    lines = "\n".join(temp_lines(await text_of(collector)))
+    assert 'pod="z-new"' in lines and 'pod="a-finished"' not in lines

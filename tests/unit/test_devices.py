@@ -87,3 +87,20 @@ def test_parse_forms() -> None:
     assert parse_device_id(f"MIG-{U2}/3/0") == DeviceRef(gpu_uuid=U2, gpu_instance=3)
     assert parse_device_id("nvidia3/gi2/vgpu7") == DeviceRef(minor=3, gpu_instance=2, replica="7")
     assert parse_device_id("nvidia") is None
+
+
+def test_finished_pod_still_listed_loses_an_exclusive_gpu_to_the_newer_pod() -> None:
+    # A kubelet before 1.34 keeps listing a finished pod with the GPU its successor now holds.
+    assignments = [PodAssignment("ml", "a-finished", "c", "nvidia.com/gpu", (U0,)),
+                   PodAssignment("ml", "z-running", "c", "nvidia.com/gpu", (U0,))]
+    fresh = attribute(NODE, assignments,
+                      pod_age={("ml", "a-finished"): 40, ("ml", "z-running"): 2})
+    assert [h.pod for h in fresh.holders[(0, None)]] == ["z-running", "a-finished"]
+    unknown = attribute(NODE, assignments)
+    assert [h.pod for h in unknown.holders[(0, None)]] == ["a-finished", "z-running"], \
+        "no history: sorted order"
+    # Replicas of a shared GPU are legitimately held together: sorted, whatever their age.
+    shared = attribute(NODE, [PodAssignment("ml", "b", "c", "nvidia.com/gpu", (f"{U0}::1",)),
+                              PodAssignment("ml", "a", "c", "nvidia.com/gpu", (f"{U0}::0",))],
+                       pod_age={("ml", "a"): 9, ("ml", "b"): 0})
+    assert [h.pod for h in shared.holders[(0, None)]] == ["a", "b"]

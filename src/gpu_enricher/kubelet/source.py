@@ -43,6 +43,8 @@ class KubeletSource:
         self._allocatable: tuple[AllocatableDevices, ...] | None = None
         self._allocatable_at: float | None = None
         self._api = ""
+        self._lists = 0
+        self._first_list: dict[tuple[str, str], int] = {}
         self._up = False
         self._failures = 0
         self._retry_at = 0.0
@@ -64,6 +66,7 @@ class KubeletSource:
             self._failed(exc, now)
             return
         self._assignments = result.assignments
+        self._track_pods(result.assignments)
         self._api = result.api
         self._fetched_at = now
         self._up = True
@@ -82,6 +85,12 @@ class KubeletSource:
                 self._allocatable_at = now
             except KubeletError as exc:  # retried next cycle; the assignments stand
                 self.errors[exc.code] += 1
+
+    def _track_pods(self, assignments: tuple[PodAssignment, ...]) -> None:
+        """Remember in which `List` answer each pod first appeared (forgotten once gone)."""
+        self._lists += 1
+        listed = {(a.namespace, a.pod) for a in assignments}
+        self._first_list = {pod: self._first_list.get(pod, self._lists) for pod in listed}
 
     def _failed(self, exc: KubeletError, now: float) -> None:
         self.errors[exc.code] += 1
@@ -106,7 +115,9 @@ class KubeletSource:
         if age is not None and age > self.options.max_age_seconds:
             # Better no pod labels than possibly wrong ones.
             return AssignmentSnapshot((), None, self._up, self._allocatable, self._api)
-        return AssignmentSnapshot(self._assignments, age, self._up, self._allocatable, self._api)
+        pod_age = {pod: self._lists - first for pod, first in self._first_list.items()}
+        return AssignmentSnapshot(self._assignments, age, self._up, self._allocatable, self._api,
+                                  pod_age)
 
     async def close(self) -> None:
         await self.client.close()
