@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 import socket
@@ -152,3 +153,17 @@ def proc_status_kib(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1])
     raise KeyError(key)
+
+
+def capture_bodies(server: Server, bodies: Path) -> dict[str, dict[str, str]]:
+    """Store the exporter's /metrics body as served plain and gzipped (for the bare server),
+    with the headers that matter; return those headers by variant."""
+    headers: dict[str, dict[str, str]] = {}
+    for variant, req in (("plain", {}), ("gzip", {"Accept-Encoding": "gzip"})):
+        status, resp_headers, body = http_get(server.base + "/metrics", req)
+        assert status == 200, status
+        keep = ("Content-Type", "Content-Encoding", "Vary")
+        headers[variant] = {k: v for k, v in resp_headers.items() if k in keep}
+        (bodies / f"{variant}.bin").write_bytes(body)
+    (bodies / "headers.json").write_text(json.dumps(headers, indent=1))
+    return headers

@@ -27,6 +27,7 @@ from _common import (
     PYTHON,
     Server,
     build_fake_nvml,
+    capture_bodies,
     exporter_argv,
     fake_env,
     free_port,
@@ -121,14 +122,7 @@ def fetch_bodies(lib: Path, bodies: Path, interval_ms: int) -> dict[str, int]:
     server.start()
     try:
         server.wait_status("/ready")
-        headers: dict[str, dict[str, str]] = {}
-        for variant, req in (("plain", {}), ("gzip", {"Accept-Encoding": "gzip"})):
-            status, resp_headers, body = http_get(server.base + "/metrics", req)
-            assert status == 200, status
-            keep = ("Content-Type", "Content-Encoding", "Vary")
-            headers[variant] = {k: v for k, v in resp_headers.items() if k in keep}
-            (bodies / f"{variant}.bin").write_bytes(body)
-        (bodies / "headers.json").write_text(json.dumps(headers, indent=1))
+        headers = capture_bodies(server, bodies)
     finally:
         server.stop()
     plain = (bodies / "plain.bin").read_bytes()
