@@ -67,7 +67,8 @@ class Collector:
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
-    def health(self) -> dict[str, SourceHealth]:
+    def health(self, pods: AssignmentSnapshot | None = None) -> dict[str, SourceHealth]:
+        """Per-source health; `pods` is the assignment snapshot already taken for this render."""
         health = {
             self.backend.name: SourceHealth(
                 up=self._opened and self._backend_error is None,
@@ -80,7 +81,7 @@ class Collector:
         source = self.assignments
         if source is not None:
             health[source.name] = SourceHealth(
-                up=source.snapshot().up,
+                up=(pods or source.snapshot()).up,
                 collections=source.collections,
                 errors=dict(source.errors),
                 last_duration_seconds=source.last_duration,
@@ -110,7 +111,7 @@ class Collector:
             if pods is not None:
                 families.append(allocation_family(self.snapshot, attribution))
         families += self_families(
-            self.snapshot, self.health(), self.options.hostname, self.backend.name
+            self.snapshot, self.health(pods), self.options.hostname, self.backend.name
         )
         if pods is not None:
             families += kubelet_families(pods, self.options.extra_resources)

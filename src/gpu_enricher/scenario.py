@@ -6,7 +6,7 @@ The format is documented in docs/simulate.md.
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -63,7 +63,6 @@ class Scenario:
     driver_version: str = "580.105.08"
     period_seconds: float = 120.0  # one load wave: slow enough to look like real work
     pods: tuple[PodAssignment, ...] = ()  # served by the simulated node's fake kubelet
-    extra: Mapping[str, Any] = field(default_factory=dict)  # sections later stages read
 
     def allocatable(self) -> tuple[AllocatableDevices, ...]:
         """What the fake kubelet reports as allocatable: every GPU (its replicas when pods
@@ -219,15 +218,16 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
     period = _range(top.get("period_seconds", 120), f"{path}: period_seconds")[0]
     if period <= 0:
         raise ScenarioError(f"{path}: period_seconds: must be positive")
+    unknown = set(top) - {"seed", "gpus", "driver_version", "period_seconds", "pods"}
+    if unknown:
+        raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}")
     pods = tuple(_pod(p, gpus, f"{path}: pods[{i}]") for i, p in enumerate(top.get("pods") or []))
-    known = {"seed", "gpus", "driver_version", "period_seconds", "pods"}
     return Scenario(
         gpus=gpus,
         seed=seed,
         driver_version=str(top.get("driver_version", "580.105.08")),
         period_seconds=period,
         pods=pods,
-        extra={k: v for k, v in top.items() if k not in known},
     )
 
 

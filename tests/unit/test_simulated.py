@@ -90,6 +90,7 @@ def test_scenario_file_with_lost_gpu(tmp_path: Path) -> None:
         ("gpus: [{mig: [{gi: 1}]}]", "gpus[0].mig[0].profile: required"),
         ("gpus: [{processes: [{pid: -1}]}]", "gpus[0].processes[0].pid: expected a non-negative"),
         ("gpus: [oops", "invalid YAML"),
+        ("gpus: [{}]\npodz: []", "unknown keys ['podz']"),
     ],
 )
 def test_scenario_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
