@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from .backend import AssignmentSource, GpuBackend
 from .collector import Collector, CollectorOptions
 from .config import BUILTIN_SCENARIO, Config
 from .counters import CounterLine
-from .server import COLLECTOR_KEY, build_app
+from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
 
 if TYPE_CHECKING:
     from .kubelet.fake_server import FakeKubelet
@@ -129,16 +130,46 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+async def serve(app: web.Application, config: Config) -> int:
+    """Bind, then start the app (collection loop included), log "serving" and run until
+    SIGTERM/SIGINT. Returns the exit status: 0 after a signal, 1 when the address cannot be
+    bound (one log line with the address and how to choose another; nothing was started)."""
+    where = listen_address(config.host, config.port)
+    try:
+        sockets = bind_sockets(config.host, config.port)
+    except OSError as exc:
+        log.error("%s", listen_error(exc, where))
+        return 1
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+    try:
+        await runner.setup()
+        for sock in sockets:
+            await web.SockSite(runner, sock).start()
+        loop = asyncio.get_running_loop()
+        log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)", where,
+                 app[COLLECTOR_KEY].backend.name, config.collect_interval_ms,
+                 type(loop).__module__.split(".")[0])
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        log.info("shutting down")
+        return 0
+    finally:
+        await runner.cleanup()
+        for sock in sockets:
+            sock.close()
+
+
 def run(config: Config, counters: tuple[CounterLine, ...],
-        backend: GpuBackend | None = None) -> None:
+        backend: GpuBackend | None = None) -> int:
     backend = backend if backend is not None else make_backend(config)
     fake = simulated_kubelet(backend)
     assignments = make_assignments(config, fake.socket_path if fake is not None else None)
     app = make_app(make_collector(config, counters, backend, assignments), fake)
     loop = new_event_loop()
-    where = f"{config.host or '0.0.0.0'}:{config.port}"
-    log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)", where,
-             app[COLLECTOR_KEY].backend.name, config.collect_interval_ms,
-             type(loop).__module__.split(".")[0])
-    web.run_app(app, host=config.host, port=config.port, access_log=None, print=None,
-                shutdown_timeout=5.0, loop=loop)
+    try:
+        return loop.run_until_complete(serve(app, config))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()

@@ -6,16 +6,20 @@ dcgm-exporter flags we do not implement yet are accepted and log one warning whe
 """
 
 import argparse
+import difflib
 import json
 import logging
 import os
+import re
+import shutil
 import socket
 import sys
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from . import __version__
 from .config import BUILTIN_SCENARIO, DEFAULT_KUBELET_SOCKET, Config
@@ -33,6 +37,10 @@ _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
 class UsageError(Exception):
     pass
+
+
+class ArgumentsError(UsageError):
+    """The command line itself is wrong (unknown flag, missing value): usage follows."""
 
 
 def default_counters_path() -> Path:
@@ -58,13 +66,13 @@ def parse_interval(text: str) -> int:
     return value
 
 
-def parse_bool(text: str, name: str) -> bool:
+def parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in _TRUE:
         return True
     if lowered in _FALSE:
         return False
-    raise UsageError(f"invalid boolean {text!r} for {name}: expected true or false")
+    raise UsageError(f"invalid boolean {text!r}: expected true or false")
 
 
 def parse_gpu_id_type(text: str) -> str:
@@ -137,13 +145,68 @@ def _env_help(long: str) -> str:
     return " [env " + ", ".join(env_names(long)) + "]"
 
 
+SHORT_USAGE: Final = ("gpu-enricher [-a [HOST]:PORT] [-f PATH] [-c MS] [-k] "
+                      "[--simulate [FILE]] [OPTION ...]")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one short line (with "did you mean" where a flag is
+    close), raised as UsageError instead of 30 lines of usage and a SystemExit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentsError(message + _suggestion(self, message))
+
+
+def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    known = [s for action in parser._actions for s in action.option_strings]
+    hints = []
+    for token in re.findall(r"(?<![\w-])(--?[\w-]+)", message.partition(":")[2]):
+        close = difflib.get_close_matches(token, known, n=1, cutoff=0.75)
+        if token not in known and close:
+            hints.append((token, close[0]))
+    if len(hints) == 1:
+        return f"; did you mean {hints[0][1]}?"
+    return "".join(f"; {token}: did you mean {close}?" for token, close in hints)
+
+
+def _compat_flags() -> list[DcgmFlag]:
+    return [f for f in DCGM_EXPORTER_FLAGS
+            if f.long not in IMPLEMENTED_LONG and f.long not in ("help", "version")]
+
+
+def _compat_epilog(width: int) -> str:
+    """The dcgm-exporter flags we accept but do not implement, listed compactly: their own
+    descriptions would read as if they worked."""
+    flags = ", ".join((f"-{f.short}/" if f.short else "") + f"--{f.long}" for f in _compat_flags())
+    wrap = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="  ",
+                                break_on_hyphens=False, break_long_words=False)
+    intro = (f"Accepted so that dcgm-exporter manifests keep working, from the command line or "
+             f"dcgm-exporter's environment variables; not implemented: one that is set logs a "
+             f"warning and changes nothing ({len(_compat_flags())} flags):")
+    environment = ("Every flag above also reads the environment when not given: "
+                   "GPU_ENRICHER_<FLAG_NAME> first, then dcgm-exporter's variable (shown in "
+                   "brackets); NODE_NAME sets the Hostname label. A bad value prints one line and "
+                   "exits with status 2.")
+    return "\n".join([
+        *textwrap.wrap(environment, width),
+        "",
+        "dcgm-exporter compatibility (accepted, ignored):",
+        wrap.fill(intro),
+        wrap.fill(flags),
+    ])
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    width = max(60, min(100, shutil.get_terminal_size().columns)) - 2
+    parser = _Parser(
         prog="gpu-enricher",
+        usage=SHORT_USAGE,
         description="NVIDIA GPU metrics in dcgm-exporter's format, with Kubernetes pod labels.",
-        epilog="Flags read the environment when not given: GPU_ENRICHER_<FLAG_NAME> first, then "
-               "dcgm-exporter's variable; NODE_NAME sets the Hostname label. A bad value exits "
-               "with status 2.",
+        epilog=_compat_epilog(width),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        # dcgm-exporter (urfave/cli) takes no abbreviations: `--coll` must not silently mean
+        # `--collectors` here and be an error there.
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"gpu-enricher {__version__}")
     for opt in OPTIONS:
@@ -160,21 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--simulate", nargs="?", const=BUILTIN_SCENARIO, default=None, metavar="SCENARIO.yaml",
         help="run on a simulated node: the built-in one, or one described by a YAML file "
              "(docs/simulate.md); only this flag ever simulates" + _env_help("simulate"))
-    compat = parser.add_argument_group(
-        "dcgm-exporter compatibility",
-        "Accepted so that dcgm-exporter manifests keep working; not implemented yet: setting "
-        "one logs a warning and changes nothing.")
-    for flag in DCGM_EXPORTER_FLAGS:
-        if flag.long in IMPLEMENTED_LONG or flag.long in ("help", "version"):
-            continue
+    for flag in _compat_flags():
+        # Multi-letter single-dash names only where dcgm-exporter has them (-rbmn).
         names = ([f"-{flag.short}"] if flag.short else []) + [f"--{flag.long}"]
-        default_note = f" (dcgm-exporter default {flag.default!r})" if flag.default else ""
         if flag.takes_value:
-            compat.add_argument(*names, default=None, metavar="VALUE",
-                                help=flag.help + default_note + _env_help(flag.long))
+            parser.add_argument(*names, default=None, help=argparse.SUPPRESS)
         else:
-            compat.add_argument(*names, nargs="?", const="true", default=None,
-                                metavar="true|false", help=flag.help + _env_help(flag.long))
+            parser.add_argument(*names, nargs="?", const="true", default=None,
+                                help=argparse.SUPPRESS)
     return parser
 
 
@@ -189,15 +245,21 @@ def _value(args: argparse.Namespace, long: str, env: Mapping[str, str]) -> tuple
     return None, ""
 
 
+def _parsed(raw: str, origin: str, parse: Callable[[str], Any]) -> Any:
+    """A value parsed, its error naming where it came from: `GPU_ENRICHER_X=abc: …`."""
+    try:
+        return parse(raw)
+    except UsageError as exc:
+        raise UsageError(f"{origin}={raw}: {exc}") from None
+
+
 def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
     warnings = []
-    for flag in DCGM_EXPORTER_FLAGS:
-        if flag.long in IMPLEMENTED_LONG or flag.long in ("help", "version"):
-            continue
+    for flag in _compat_flags():
         raw, origin = _value(args, flag.long, env)
         if raw is None:
             continue
-        if not flag.takes_value and not parse_bool(raw, origin):
+        if not flag.takes_value and not _parsed(raw, origin, parse_bool):
             continue
         if flag.takes_value and raw == flag.default:
             continue
@@ -211,12 +273,12 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
     args = build_parser().parse_args(argv)
 
     def get(long: str, parse: Callable[[str], Any], default: Any) -> Any:
-        raw, _ = _value(args, long, env)
-        return default if raw is None else parse(raw)
+        raw, origin = _value(args, long, env)
+        return default if raw is None else _parsed(raw, origin, parse)
 
     def switch(long: str) -> bool:
         raw, origin = _value(args, long, env)
-        return False if raw is None else parse_bool(raw, origin)
+        return False if raw is None else bool(_parsed(raw, origin, parse_bool))
 
     host, port = get("address", parse_address, (None, 9400))
     no_hostname = switch("no-hostname")
@@ -288,10 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .counters import CountersFileError, load_counters
     from .scenario import ScenarioError
 
+    args = sys.argv[1:] if argv is None else argv
     try:
-        config, warnings = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+        config, warnings = parse_config(args, os.environ)
     except UsageError as exc:
         print(f"gpu-enricher: error: {exc}", file=sys.stderr)
+        if isinstance(exc, ArgumentsError):
+            print(f"usage: {SHORT_USAGE}  (--help lists every flag)", file=sys.stderr)
         return EXIT_USAGE
     setup_logging(config.log_format, config.debug)
     for warning in warnings:
@@ -304,9 +369,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CountersFileError, ScenarioError) as exc:
         print(f"gpu-enricher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        run(config, counters, backend)
-    except OSError as exc:  # e.g. the port is taken
-        log.error("cannot serve on %s:%d: %s", config.host or "", config.port, exc)
-        return 1
-    return 0
+    return run(config, counters, backend)

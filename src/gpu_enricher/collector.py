@@ -55,6 +55,8 @@ class Collector:
         self.plan: CounterPlan | None = None
         self.snapshot: NodeSnapshot | None = None
         self.ready = False
+        self.not_ready_reason = "waiting for the first collection pass"
+        """Why /ready says 503: the same words as the log line that reported it."""
         self.running = False
         self._call_started: float | None = None
         self._opened = False
@@ -144,16 +146,19 @@ class Collector:
                 await self._call(self.backend.open)
             except BackendUnavailable as exc:
                 self._errors[exc.reason] += 1
+                reason = (f"{self.backend.name} backend unavailable, retrying with backoff up "
+                          f"to {self.options.retry_max_seconds:.0f}s: {exc.message}")
                 if self._backend_error != exc.message:  # log on change, not on every retry
-                    log.error("%s backend unavailable, retrying with backoff up to %.0fs: %s",
-                              self.backend.name, self.options.retry_max_seconds, exc.message)
+                    log.error("%s", reason)
                 self._backend_error = exc.message
+                self.not_ready_reason = reason
                 self.exposition = self._render()
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self.options.retry_max_seconds)
                 continue
             if self._backend_error is not None:
                 log.warning("%s backend available again", self.backend.name)
+                self.not_ready_reason = "waiting for the first collection pass"
             self._backend_error = None
             self._opened = True
             break
@@ -163,6 +168,11 @@ class Collector:
         for warning in warnings:
             log.warning("%s", warning)
         self.plan = plan
+        if not plan.metrics and not plan.label_fields:
+            files = sorted({line.path for line in self.options.counters})
+            log.error("none of the fields in %s can be delivered by the %s backend on this host: "
+                      "/metrics carries only the exporter's own metrics", ", ".join(files),
+                      self.backend.name)
         log.info("collecting %d metric fields and %d label fields from the %s backend",
                  len(plan.metrics), len(plan.label_fields), self.backend.name)
 

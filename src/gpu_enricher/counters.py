@@ -85,6 +85,12 @@ def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
                 "that dcgm-exporter knows"
             )
         lines.append(CounterLine(field, prom_type, help_text, path, line_no))
+    if not lines:
+        # Exporting nothing is never what was meant: a wrong mount or an empty ConfigMap.
+        raise CountersFileError(
+            f"{path}: no fields: every line is blank or a comment (expected 'FIELD, type, help' "
+            "lines, e.g. 'DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).')"
+        )
     return tuple(lines)
 
 

@@ -4,8 +4,9 @@ Parsing is pure (`parse_scenario` takes the decoded YAML); errors name the file 
 The format is documented in docs/simulate.md.
 """
 
+import difflib
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -114,17 +115,32 @@ _GPU_KEYS: Final = frozenset({
 })
 
 
+_POD_KEYS: Final = frozenset({
+    "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids",
+})
+_TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods"})
+
+
 def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise ScenarioError(f"{where}: expected a mapping, got {type(raw).__name__}")
     return raw
 
 
+def _check_keys(spec: Mapping[str, Any], allowed: Collection[str], where: str) -> None:
+    """Name every unknown key, with the known one it was probably meant to be."""
+    unknown = sorted(str(k) for k in set(spec) - set(allowed))
+    if not unknown:
+        return
+    hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
+             for k in unknown for close in [difflib.get_close_matches(k, allowed, n=1)]]
+    raise ScenarioError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(hints)}; known: {', '.join(sorted(allowed))}")
+
+
 def _gpu(raw: Any, index: int, seed: int, where: str) -> SimGpu:
     spec = _mapping(raw, where)
-    unknown = set(spec) - _GPU_KEYS
-    if unknown:
-        raise ScenarioError(f"{where}: unknown keys {sorted(unknown)}")
+    _check_keys(spec, _GPU_KEYS, where)
     instances = tuple(
         _instance(m, f"{where}.mig[{n}]") for n, m in enumerate(spec.get("mig") or [])
     )
@@ -178,10 +194,7 @@ def _pod(raw: Any, gpus: tuple[SimGpu, ...], where: str) -> PodAssignment:
     """A container holding devices: `gpus: [0]` (with `replica: N` for time-slicing),
     `mig: [[gpu, gi]]`, or literal `device_ids` as a kubelet would report them."""
     spec = _mapping(raw, where)
-    unknown = set(spec) - {"namespace", "pod", "container", "resource", "gpus", "replica",
-                           "mig", "device_ids"}
-    if unknown:
-        raise ScenarioError(f"{where}: unknown keys {sorted(unknown)}")
+    _check_keys(spec, _POD_KEYS, where)
     for key in ("namespace", "pod", "container"):
         if not isinstance(spec.get(key), str) or not spec[key]:
             raise ScenarioError(f"{where}.{key}: required")
@@ -210,6 +223,7 @@ def _pod(raw: Any, gpus: tuple[SimGpu, ...], where: str) -> PodAssignment:
 
 def parse_scenario(raw: Any, path: str) -> Scenario:
     top = _mapping(raw, path)
+    _check_keys(top, _TOP_KEYS, path)  # first: a misspelt `gpus` is named, not "missing"
     seed = _int(top.get("seed", 1), f"{path}: seed")
     gpus_raw = top.get("gpus")
     if not isinstance(gpus_raw, list) or not gpus_raw:
@@ -218,9 +232,6 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
     period = _range(top.get("period_seconds", 120), f"{path}: period_seconds")[0]
     if period <= 0:
         raise ScenarioError(f"{path}: period_seconds: must be positive")
-    unknown = set(top) - {"seed", "gpus", "driver_version", "period_seconds", "pods"}
-    if unknown:
-        raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}")
     pods = tuple(_pod(p, gpus, f"{path}: pods[{i}]") for i, p in enumerate(top.get("pods") or []))
     return Scenario(
         gpus=gpus,
@@ -236,8 +247,13 @@ def load_scenario(path: Path) -> Scenario:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = " ".join(str(exc.problem or exc.context or "parse error").split())
+        raise ScenarioError(f"{where}: invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: invalid YAML: {exc}") from None
+        raise ScenarioError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
     return parse_scenario(raw, str(path))
 
 

@@ -1,6 +1,8 @@
 """HTTP endpoints. `/metrics` hands out the collector's pre-rendered bytes and nothing else."""
 
+import errno
 import html
+import socket
 from typing import Final
 
 from aiohttp import web
@@ -62,12 +64,7 @@ async def handle_ready(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR_KEY]
     if collector.ready:
         return web.Response(text="ready\n")
-    source = collector.backend.name
-    up = collector.health()[source]
-    why = "waiting for the first collection pass"
-    if not up.up and collector.plan is None:
-        why = f"{source} backend unavailable, retrying"
-    return web.Response(status=503, text=f"not ready: {why}\n")
+    return web.Response(status=503, text=f"not ready: {collector.not_ready_reason}\n")
 
 
 async def handle_index(request: web.Request) -> web.Response:
@@ -97,3 +94,48 @@ def build_app(collector: Collector) -> web.Application:
     app.router.add_get("/ready", handle_ready)
     app.router.add_get("/", handle_index)
     return app
+
+
+def listen_address(host: str | None, port: int) -> str:
+    if host is None:
+        return f"0.0.0.0:{port}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def bind_sockets(host: str | None, port: int) -> list[socket.socket]:
+    """Listening sockets for every address of `host` (every interface when None), bound
+    before anything else starts, so a taken port is reported before NVML is touched."""
+    sockets: list[socket.socket] = []
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # e.g. IPv6 switched off in the container: as asyncio does
+                continue
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(128)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def listen_error(exc: OSError, where: str) -> str:
+    """One line for a failed bind: what, where, and how to choose another address."""
+    hint = "choose another with -a/--address or DCGM_EXPORTER_LISTEN"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot listen on {where}: the host name does not resolve ({exc.strerror}); {hint}"
+    reasons = {
+        errno.EADDRINUSE: "the address is already in use (another exporter on this node?)",
+        errno.EADDRNOTAVAIL: "the address is not one of this host's",
+        errno.EACCES: "permission denied (ports below 1024 need privileges)",
+    }
+    reason = reasons.get(exc.errno or 0, exc.strerror or str(exc))
+    return f"cannot listen on {where}: {reason}; {hint}"

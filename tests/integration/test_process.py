@@ -129,7 +129,7 @@ def test_without_usable_nvml_stays_up_not_ready_and_says_why(
     time.sleep(3.5)  # several retries with backoff (1 s, 2 s, …)
     assert exp.proc.poll() is None, "the process stays up"
     status, text = get(exp.base + "/ready")
-    assert status == 503 and "nvml backend unavailable" in text
+    assert status == 503 and text.startswith("not ready: nvml backend unavailable, retrying")
     _, body = get(exp.base + "/metrics")
     assert 'gpu_enricher_source_up{source="nvml"} 0' in body
     retries = [line for line in body.splitlines()
@@ -140,6 +140,9 @@ def test_without_usable_nvml_stays_up_not_ready_and_says_why(
     code, err = exp.stop()
     assert code == 0
     assert err.count("NVML initialisation failed") == 1, "one log line, not one per retry"
+    # /ready gives the reason in the log line's own words (docs/install.md promises it).
+    logged = next(line for line in err.splitlines() if "NVML initialisation failed" in line)
+    assert logged.endswith(text.removeprefix("not ready: ").rstrip("\n")), (logged, text)
 
 
 def test_kubernetes_mode_without_kubelet_socket(exporters: list[Exporter], tmp_path: Path,
@@ -157,3 +160,46 @@ def test_kubernetes_mode_without_kubelet_socket(exporters: list[Exporter], tmp_p
     code, err = exp.stop()
     assert code == 0
     assert err.count("no kubelet pod-resources socket") == 1, err
+
+
+def run_to_exit(args: list[str], timeout: float = 20) -> tuple[int, list[str]]:
+    proc = subprocess.run([sys.executable, "-m", "gpu_enricher", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    return proc.returncode, proc.stderr.splitlines()
+
+
+def test_a_taken_port_is_one_line_with_a_hint_and_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = run_to_exit(["--simulate", "-a", f"127.0.0.1:{port}"])
+    assert code == 1
+    assert len(err) == 1, err  # nothing was started: no "collecting", no "serving"
+    assert err[0].endswith(
+        f"ERROR gpu_enricher.app: cannot listen on 127.0.0.1:{port}: the address is already in "
+        "use (another exporter on this node?); choose another with -a/--address or "
+        "DCGM_EXPORTER_LISTEN"), err
+
+
+def test_an_address_not_on_this_host_is_one_line_and_exit_1() -> None:
+    # 192.0.2.1 (TEST-NET-1) is never a local address; binding sends nothing anywhere.
+    # (A name that does not resolve is reported the same way; not tested, to make no DNS query.)
+    code, err = run_to_exit(["--simulate", "-a", "192.0.2.1:9400"])
+    assert code == 1
+    assert len(err) == 1, err
+    assert err[0].endswith("cannot listen on 192.0.2.1:9400: the address is not one of this "
+                           "host's; choose another with -a/--address or DCGM_EXPORTER_LISTEN")
+
+
+def test_serving_is_logged_once_bound(exporters: list[Exporter]) -> None:
+    exp = Exporter(["--simulate"], {})
+    exporters.append(exp)
+    exp.wait_ready()
+    code, err = exp.stop()
+    assert code == 0
+    lines = err.splitlines()
+    serving = [n for n, line in enumerate(lines) if f"serving /metrics on 127.0.0.1:{exp.port}"
+               in line]
+    assert len(serving) == 1, err
+    assert "shutting down" in lines[-1], err

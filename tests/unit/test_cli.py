@@ -90,6 +90,8 @@ def test_bad_addresses(bad: str) -> None:
         (["--log-format", "xml"], {}, "invalid log format 'xml'"),
         ([], {"DCGM_EXPORTER_NO_HOSTNAME": "maybe"}, "invalid boolean 'maybe'"),
         (["--kubernetes-gpu-id-type", "index"], {}, "invalid kubernetes GPU id type 'index'"),
+        (["-c", "soon"], {}, "--collect-interval=soon: "),
+        ([], {"DCGM_EXPORTER_NO_HOSTNAME": "maybe"}, "DCGM_EXPORTER_NO_HOSTNAME=maybe: "),
     ],
 )
 def test_bad_values_exit_2_with_one_line(argv: list[str], env: dict[str, str], message: str,
@@ -114,10 +116,103 @@ def test_bad_counters_file_exits_2_naming_file_and_line(
                    "(quote a help text that contains a comma)"]
 
 
-def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_counters_file_without_fields_is_an_error_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "counters.csv"
+    empty.write_text("# DCGM FIELD, Prometheus metric type, help message\n\n"
+                     "# DCGM_FI_DEV_GPU_UTIL, gauge, commented out\n")
+    assert main(["--simulate", "-f", str(empty)]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpu-enricher: error: {empty}: no fields: every line is blank or a comment "
+                   "(expected 'FIELD, type, help' lines, e.g. 'DCGM_FI_DEV_GPU_UTIL, gauge, "
+                   "GPU utilization (in %).')"]
+
+
+def test_scenario_yaml_errors_are_one_line_with_position(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "node.yaml"
+    bad.write_text("seed: 3\ngpus:\n  - model: x\n    utilization: [1, 2\npods: []\n")
+    assert main(["--simulate", str(bad)]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpu-enricher: error: {bad}:5:5: invalid YAML: expected ',' or ']', "
+                   "but got ':'"]
+
+
+def test_unknown_flag_is_a_short_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--no-such-flag"]) == EXIT_USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "gpu-enricher: error: unrecognized arguments: --no-such-flag"
+    assert len(err) == 2 and err[1].startswith("usage: gpu-enricher [-a [HOST]:PORT]")
+    assert "did you mean" not in err[0], "nothing is close to --no-such-flag"
+    assert "--web-config-file" not in err[1], "the usage line is short, not every flag"
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [(["--colectors", "x.csv"], "did you mean --collectors?"),
+     (["--kubernetes-virtual-gpu"], "did you mean --kubernetes-virtual-gpus?"),
+     (["--colect-interval=100"], "did you mean --collect-interval?"),
+     (["--web-config", "w.yaml"], "did you mean --web-config-file?"),
+     (["--simulte", "--debg"], "--simulte: did you mean --simulate?; --debg: did you mean "
+                               "--debug?")],
+)
+def test_unknown_flag_close_to_a_known_one_suggests_it(
+        argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("gpu-enricher: error: unrecognized arguments: ")
+    assert err[0].endswith(hint), err[0]
+
+
+def test_flags_are_never_abbreviated_as_dcgm_exporter_never_does() -> None:
+    with pytest.raises(UsageError, match="unrecognized arguments: --coll"):
+        parse_config(["--coll", "x.csv"], {})
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"GPU_ENRICHER_COLLECT_INTERVAL": "abc"},
+      "GPU_ENRICHER_COLLECT_INTERVAL=abc: invalid collect interval 'abc'"),
+     ({"DCGM_EXPORTER_INTERVAL": "50"}, "DCGM_EXPORTER_INTERVAL=50: collect interval 50 ms is "
+                                        "below the minimum"),
+     ({"DCGM_EXPORTER_LISTEN": "9400"}, "DCGM_EXPORTER_LISTEN=9400: invalid address '9400'"),
+     ({"GPU_ENRICHER_KUBERNETES": "perhaps"},
+      "GPU_ENRICHER_KUBERNETES=perhaps: invalid boolean 'perhaps'"),
+     ({"DCGM_EXPORTER_ENABLE_DCGM_LOG": "sure"}, "DCGM_EXPORTER_ENABLE_DCGM_LOG=sure: invalid "
+                                                 "boolean")],
+)
+def test_a_bad_environment_value_names_the_variable(
+        env: dict[str, str], message: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert main([]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpu-enricher: error: {message}" + err[0].split(message, 1)[1]]
+    assert message in err[0]
+
+
+def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["--no-such-flag"])
-    assert exit_info.value.code == EXIT_USAGE
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    implemented, _, compat = out.partition("dcgm-exporter compatibility (accepted, ignored):")
+    assert compat, out
+    ignored = [f for f in DCGM_EXPORTER_FLAGS
+               if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
+    assert len(ignored) == 37
+    for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
+        assert f"--{flag.long}" in compat, flag.long
+        assert flag.help not in out, flag.long
+    assert len(compat.strip().splitlines()) < 20
+    assert "-rbmn/--replace-blanks-in-model-name" in compat
+    # Multi-letter single-dash names only where dcgm-exporter has them.
+    singles = {t.split("/")[0].strip(",[") for t in out.split() if t.startswith("-")
+               and not t.startswith("--")}
+    assert {s for s in singles if len(s.rstrip(",")) > 2} == {"-rbmn"}, singles
+    assert out.splitlines()[0].startswith("usage: gpu-enricher [-a [HOST]:PORT]")
+    assert len(out.splitlines()[0]) < 100
 
 
 @pytest.mark.parametrize(

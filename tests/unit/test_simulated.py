@@ -86,11 +86,18 @@ def test_scenario_file_with_lost_gpu(tmp_path: Path) -> None:
     [
         ("gpus: []", "gpus: expected a non-empty list"),
         ("gpus: [{utilization: [90, 10]}]", "gpus[0].utilization: expected a number or"),
-        ("gpus: [{colour: red}]", "gpus[0]: unknown keys ['colour']"),
+        ("gpus: [{colour: red}]", "gpus[0]: unknown key 'colour'; known: lost, mem_clock_mhz"),
+        ("gpus: [{utilisation: 5}]",
+         "gpus[0]: unknown key 'utilisation' (did you mean 'utilization'?)"),
+        ("gpu: [{}]", "unknown key 'gpu' (did you mean 'gpus'?); known: driver_version, gpus"),
+        ("gpus: [{}]\npods: [{namespace: a, pod: b, container: c, gpu: [0]}]",
+         "pods[0]: unknown key 'gpu' (did you mean 'gpus'?)"),
+        ("gpus: [{}]\n  bad: indent", ":2:3: invalid YAML: expected <block end>, but found"),
         ("gpus: [{mig: [{gi: 1}]}]", "gpus[0].mig[0].profile: required"),
         ("gpus: [{processes: [{pid: -1}]}]", "gpus[0].processes[0].pid: expected a non-negative"),
         ("gpus: [oops", "invalid YAML"),
-        ("gpus: [{}]\npodz: []", "unknown keys ['podz']"),
+        ("gpus: [{}]\npodz: []\nseeed: 1", "unknown keys 'podz' (did you mean 'pods'?), "
+                                            "'seeed' (did you mean 'seed'?)"),
     ],
 )
 def test_scenario_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
