@@ -3,8 +3,10 @@
 Per pass, with `time.thread_time()` (CPU time of this thread only):
   (i)   `NvmlBackend.sample()`: the NVML calls through pynvml (the fake's C code is trivial,
         so this is pynvml/ctypes and our Python around it);
-  (ii)  join + render, `Collector._render()`: dcgm_families + self_families +
-        Exposition.from_families (text and OpenMetrics), also broken down per step;
+  (ii)  join + render, `Collector._render()`: dcgm_families, the exporter's own metrics
+        (self_families + OwnMetrics.render: prometheus_client with its process_*/python_*
+        collectors, both formats) and the DCGM render (text and OpenMetrics), also broken
+        down per step;
   (iii) gzip of the text body, `Exposition.body(gzipped=True)` on a fresh Exposition (the
         lazy compression the first gzip scrape of a cycle pays).
 Two nodes: 8 GPUs, and 8 GPUs in MIG mode with 7 GPU instances each. See bench/README.md.
@@ -33,6 +35,7 @@ from gpu_enricher.collector import Collector, CollectorOptions
 from gpu_enricher.counters import load_counters, plan_counters
 from gpu_enricher.join import dcgm_families
 from gpu_enricher.model import NodeSnapshot
+from gpu_enricher.ownmetrics import OwnMetrics
 from gpu_enricher.render import Exposition
 from gpu_enricher.selfmetrics import self_families
 
@@ -83,6 +86,7 @@ def measure(fake: Any, passes: int, warmup: int, mig: str | None, profile: bool)
     collector._opened = True
     fields = plan.sampled_fields
     clock = time.thread_time
+    own_metrics = OwnMetrics()
     t = Timings()
     try:
         for i in range(warmup + passes):
@@ -100,9 +104,9 @@ def measure(fake: Any, passes: int, warmup: int, mig: str | None, profile: bool)
             p1 = time.process_time()
             # The three steps of _render, timed separately (same inputs).
             ms_dcgm, families = _timed(clock, dcgm_families, snapshot, plan, hostname)
-            ms_self, own = _timed(clock, lambda: self_families(
-                collector.snapshot, collector.health(), hostname, backend.name))
-            ms_from, _ = _timed(clock, Exposition.from_families, families + own)
+            ms_self, _ = _timed(clock, lambda: own_metrics.render(self_families(
+                collector.snapshot, collector.health(), hostname, backend.name)))
+            ms_from, _ = _timed(clock, Exposition.from_families, families)
             if i < warmup:
                 continue
             t.sample.append(ms_sample)
@@ -159,7 +163,7 @@ def main() -> int:
     print(f"CPU ms per pass (thread_time), median of {args.passes} passes after "
           f"{args.warmup} warm-up passes\n")
     print("| node | series | body B (gzip B) | (i) sample | (ii) join+render "
-          "[dcgm / self / render] | (iii) gzip | total (process_time, mean) |")
+          "[dcgm join / own metrics / dcgm render] | (iii) gzip | total (process_time, mean) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for label, t in rows:
         print(f"| {label} | {t.series} | {t.text_bytes:,} ({t.gzip_bytes:,}) "

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from .backend import AssignmentSource, BackendUnavailable, GpuBackend
 from .counters import CounterLine, CounterPlan, plan_counters
 from .devices import EMPTY_ATTRIBUTION, Attribution, attribute
-from .join import allocation_family, dcgm_families
+from .join import dcgm_families
 from .model import AssignmentSnapshot, GpuSnapshot, NodeSnapshot
+from .ownmetrics import OwnMetrics
 from .render import Exposition, Family
-from .selfmetrics import SourceHealth, kubelet_families, self_families
+from .selfmetrics import SourceHealth, allocation_family, kubelet_families, self_families
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class Collector:
         self._last_duration: float | None = None
         self._last_success: float | None = None
         self._unmatched_logged: set[str] = set()
+        self._own = OwnMetrics()
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
@@ -103,21 +105,22 @@ class Collector:
         return attribution
 
     def _render(self) -> Exposition:
+        """DCGM families by our renderer, then our own metrics by prometheus_client."""
         families: list[Family] = []
         pods = self.assignments.snapshot() if self.assignments is not None else None
+        own = self_families(
+            self.snapshot, self.health(pods), self.options.hostname, self.backend.name
+        )
         if self.snapshot is not None and self.plan is not None:
             attribution = (self._attribution(self.snapshot, pods) if pods is not None
                            else EMPTY_ATTRIBUTION)
             families = dcgm_families(self.snapshot, self.plan, self.options.hostname,
                                      attribution, self.options.virtual_gpus)
             if pods is not None:
-                families.append(allocation_family(self.snapshot, attribution))
-        families += self_families(
-            self.snapshot, self.health(pods), self.options.hostname, self.backend.name
-        )
+                own.append(allocation_family(self.snapshot, attribution))
         if pods is not None:
-            families += kubelet_families(pods, self.options.extra_resources)
-        return Exposition.from_families(families)
+            own += kubelet_families(pods, self.options.extra_resources)
+        return Exposition.from_families(families, self._own.render(own))
 
     # -- backend lifecycle ---------------------------------------------------------------
     @property

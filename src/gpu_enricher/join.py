@@ -121,25 +121,3 @@ def dcgm_families(
             samples.append(Sample(ent.labels, format_value(value)))
         families.append(Family(metric.name, metric.prom_type, metric.help, tuple(samples)))
     return families
-
-
-def allocation_family(snapshot: NodeSnapshot, attribution: Attribution) -> Family:
-    """Every holder of every device, whatever the series show (shared devices included)."""
-    by_index = {g.identity.index: g for g in snapshot.gpus}
-    samples: list[Sample] = []
-    for (index, gi), holders in sorted(attribution.holders.items(),
-                                       key=lambda item: (item[0][0], item[0][1] or -1)):
-        gpu = by_index.get(index)
-        if gpu is None:
-            continue
-        ident = [(names.LABEL_GPU, str(index)), (names.LABEL_UUID, gpu.identity.uuid)]
-        if gi is not None:
-            ident.append((names.LABEL_GPU_I_ID, str(gi)))
-        for h in holders:
-            samples.append(Sample(label_pairs([
-                *ident, ("resource", h.resource), ("device_id", h.device_id),
-                (names.LABEL_NAMESPACE, h.namespace), (names.LABEL_POD, h.pod),
-                (names.LABEL_CONTAINER, h.container)]), "1"))
-    return Family(f"{names.SELF_PREFIX}device_allocation_info", "gauge",
-                  "A pod's container holds this device (time-slicing and MPS replicas included).",
-                  tuple(samples))

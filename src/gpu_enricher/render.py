@@ -102,7 +102,7 @@ def render_text(families: Sequence[Family]) -> bytes:
     return "".join(out).encode()
 
 
-def render_openmetrics(families: Sequence[Family]) -> bytes:
+def render_openmetrics(families: Sequence[Family], *, eof: bool = True) -> bytes:
     out: list[str] = []
     for family in families:
         if not family.samples:
@@ -110,7 +110,8 @@ def render_openmetrics(families: Sequence[Family]) -> bytes:
         out.append(f"# TYPE {family.name} {_openmetrics_type(family)}\n")
         out.append(f"# HELP {family.name} {_escape_help(family.help, True)}\n")
         _append_samples(out, family)
-    out.append("# EOF\n")
+    if eof:
+        out.append("# EOF\n")
     return "".join(out).encode()
 
 
@@ -125,8 +126,15 @@ class Exposition:
         self._gzipped: dict[bool, bytes] = {}
 
     @classmethod
-    def from_families(cls, families: Sequence[Family]) -> "Exposition":
-        return cls(render_text(families), render_openmetrics(families))
+    def from_families(cls, families: Sequence[Family],
+                      own: tuple[bytes, bytes] | None = None) -> "Exposition":
+        """The DCGM families in our format, followed by `own` (text, OpenMetrics ending in
+        `# EOF`), the exporter's own metrics as prometheus_client renders them."""
+        if own is None:
+            return cls(render_text(families), render_openmetrics(families))
+        own_text, own_openmetrics = own
+        return cls(render_text(families) + own_text,
+                   render_openmetrics(families, eof=False) + own_openmetrics)
 
     def body(self, *, openmetrics: bool, gzipped: bool) -> bytes:
         plain = self.openmetrics if openmetrics else self.text

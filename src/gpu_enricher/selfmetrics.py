@@ -1,16 +1,23 @@
-"""The exporter's own metrics (`gpu_enricher_*`), rendered with the GPU families. Pure."""
+"""The exporter's own metrics (`gpu_enricher_*`) as prometheus_client families. Pure.
+
+These are ordinary exporter metrics, so prometheus_client renders them (see ownmetrics.py),
+beside its standard `process_*` and `python_*` families; only the DCGM families need our own
+renderer.
+"""
 
 import platform
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from prometheus_client.metrics_core import Metric
+
 from . import __version__, names
-from .devices import count_devices
+from .devices import Attribution, count_devices
 from .join import identity_pairs
 from .model import AssignmentSnapshot, NodeSnapshot
-from .render import Family, Sample, format_value, label_pairs
 
 P = names.SELF_PREFIX
+Labels = Iterable[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,28 +31,36 @@ class SourceHealth:
     last_success_timestamp: float | None = None
 
 
-def _sources(health: Mapping[str, SourceHealth]) -> list[Family]:
+def _family(name: str, kind: str, help_text: str,
+            samples: Iterable[tuple[Labels, float]]) -> Metric:
+    """A family; a counter's samples get the `_total` suffix prometheus_client expects."""
+    family = Metric(name, help_text, kind)
+    sample_name = name + "_total" if kind == "counter" else name
+    for labels, value in samples:
+        family.add_sample(sample_name, dict(labels), value)
+    return family
+
+
+def _sources(health: Mapping[str, SourceHealth]) -> list[Metric]:
     ordered = sorted(health.items())
     return [
-        Family(f"{P}source_up", "gauge",
-               "Whether the source answered on its last attempt (1) or not (0).",
-               tuple(Sample(label_pairs([("source", s)]), "1" if h.up else "0")
-                     for s, h in ordered)),
-        Family(f"{P}collections", "counter", "Completed collection passes, by source.",
-               tuple(Sample(label_pairs([("source", s)]), str(h.collections), "_total")
-                     for s, h in ordered)),
-        Family(f"{P}collection_errors", "counter",
-               "Failed queries by source and reason (NVML error name, gRPC code, …).",
-               tuple(Sample(label_pairs([("source", s), ("reason", r)]), str(n), "_total")
-                     for s, h in ordered for r, n in sorted(h.errors.items()))),
-        Family(f"{P}last_collection_duration_seconds", "gauge",
-               "Wall time of the source's last completed pass.",
-               tuple(Sample(label_pairs([("source", s)]), format_value(h.last_duration_seconds))
-                     for s, h in ordered if h.last_duration_seconds is not None)),
-        Family(f"{P}last_collection_timestamp_seconds", "gauge",
-               "Unix time of the source's last completed pass.",
-               tuple(Sample(label_pairs([("source", s)]), format_value(h.last_success_timestamp))
-                     for s, h in ordered if h.last_success_timestamp is not None)),
+        _family(f"{P}source_up", "gauge",
+                "Whether the source answered on its last attempt (1) or not (0).",
+                [([("source", s)], 1 if h.up else 0) for s, h in ordered]),
+        _family(f"{P}collections", "counter", "Completed collection passes, by source.",
+                [([("source", s)], h.collections) for s, h in ordered]),
+        _family(f"{P}collection_errors", "counter",
+                "Failed queries by source and reason (NVML error name, gRPC code, …).",
+                [([("source", s), ("reason", r)], n)
+                 for s, h in ordered for r, n in sorted(h.errors.items())]),
+        _family(f"{P}last_collection_duration_seconds", "gauge",
+                "Wall time of the source's last completed pass.",
+                [([("source", s)], h.last_duration_seconds)
+                 for s, h in ordered if h.last_duration_seconds is not None]),
+        _family(f"{P}last_collection_timestamp_seconds", "gauge",
+                "Unix time of the source's last completed pass.",
+                [([("source", s)], h.last_success_timestamp)
+                 for s, h in ordered if h.last_success_timestamp is not None]),
     ]
 
 
@@ -54,39 +69,33 @@ def self_families(
     health: Mapping[str, SourceHealth],
     hostname: str | None,
     backend_name: str,
-) -> list[Family]:
-    build = label_pairs([
-        ("version", __version__),
-        ("python_version", platform.python_version()),
-        ("backend", backend_name),
-    ])
-    families = [Family(f"{P}build_info", "gauge",
-                       "Build information; the value is always 1.", (Sample(build, "1"),))]
+) -> list[Metric]:
+    build = [("version", __version__), ("python_version", platform.python_version()),
+             ("backend", backend_name)]
+    families = [_family(f"{P}build_info", "gauge", "Build information; the value is always 1.",
+                        [(build, 1)])]
     if snapshot is not None:
         host = [(names.LABEL_HOSTNAME, hostname)] if hostname is not None else []
-        families.append(Family(
+        families.append(_family(
             f"{P}gpu_up", "gauge",
             "Whether the GPU answered its queries in the last pass (1) or failed (0).",
-            tuple(Sample(label_pairs(identity_pairs(g) + host), "1" if g.healthy else "0")
-                  for g in snapshot.gpus),
-        ))
+            [([*identity_pairs(g), *host], 1 if g.healthy else 0) for g in snapshot.gpus]))
     families.extend(_sources(health))
     return families
 
 
-def _per_resource(name: str, help_text: str, counts: Mapping[str, int]) -> Family:
-    return Family(name, "gauge", help_text, tuple(
-        Sample(label_pairs([("resource", r)]), str(n)) for r, n in counts.items()))
+def _per_resource(name: str, help_text: str, counts: Mapping[str, int]) -> Metric:
+    return _family(name, "gauge", help_text, [([("resource", r)], n) for r, n in counts.items()])
 
 
-def kubelet_families(pods: AssignmentSnapshot, extra_resources: Collection[str]) -> list[Family]:
+def kubelet_families(pods: AssignmentSnapshot, extra_resources: Collection[str]) -> list[Metric]:
     families = [
-        Family(f"{P}kubelet_up", "gauge",
-               "Whether the kubelet's pod-resources API answered the last List (1) or not (0).",
-               (Sample("", "1" if pods.up else "0"),)),
-        Family(f"{P}kubelet_assignments_age_seconds", "gauge",
-               "Age of the pod assignments behind the pod labels; absent when none are used.",
-               () if pods.age_seconds is None else (Sample("", format_value(pods.age_seconds)),)),
+        _family(f"{P}kubelet_up", "gauge",
+                "Whether the kubelet's pod-resources API answered the last List (1) or not (0).",
+                [([], 1 if pods.up else 0)]),
+        _family(f"{P}kubelet_assignments_age_seconds", "gauge",
+                "Age of the pod assignments behind the pod labels; absent when none are used.",
+                [] if pods.age_seconds is None else [([], pods.age_seconds)]),
         _per_resource(f"{P}kubelet_allocated_devices",
                       "Devices held by pods, by resource, from the kubelet's List.",
                       count_devices(pods.assignments, extra_resources)),
@@ -97,3 +106,23 @@ def kubelet_families(pods: AssignmentSnapshot, extra_resources: Collection[str])
             "Devices the kubelet can allocate, by resource, from GetAllocatableResources.",
             count_devices(pods.allocatable, extra_resources)))
     return families
+
+
+def allocation_family(snapshot: NodeSnapshot, attribution: Attribution) -> Metric:
+    """Every holder of every device, whatever the series show (shared devices included)."""
+    by_index = {g.identity.index: g for g in snapshot.gpus}
+    samples: list[tuple[Labels, float]] = []
+    for (index, gi), holders in sorted(attribution.holders.items(),
+                                       key=lambda item: (item[0][0], item[0][1] or -1)):
+        gpu = by_index.get(index)
+        if gpu is None:
+            continue
+        ident = [(names.LABEL_GPU, str(index)), (names.LABEL_UUID, gpu.identity.uuid)]
+        if gi is not None:
+            ident.append((names.LABEL_GPU_I_ID, str(gi)))
+        samples.extend(([*ident, ("resource", h.resource), ("device_id", h.device_id),
+                         (names.LABEL_NAMESPACE, h.namespace), (names.LABEL_POD, h.pod),
+                         (names.LABEL_CONTAINER, h.container)], 1) for h in holders)
+    return _family(f"{P}device_allocation_info", "gauge",
+                   "A pod's container holds this device (time-slicing and MPS replicas "
+                   "included).", samples)

@@ -23,6 +23,7 @@ from gpu_enricher.model import AllocatableDevices, PodAssignment
 from gpu_enricher.nvml import NvmlBackend
 from gpu_enricher.scenario import builtin_scenario, mig_uuid
 from gpu_enricher.simulated import SimulatedBackend
+from tests.exposition import value
 from tests.fake_nvml.build import FakeNvml
 
 CSV = """DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
@@ -91,10 +92,8 @@ def temp_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
 
 
-def sample_value(text: str, prefix: str) -> str:
-    lines = [line for line in text.splitlines() if line.startswith(prefix)]
-    assert len(lines) == 1, (prefix, lines)
-    return lines[0].rsplit(" ", 1)[1]
+def sample_value(text: str, name: str) -> float | None:
+    return value(text, name)
 
 
 # --- every device-ID form, through the real NVML path (fake libnvidia-ml) ------------------
@@ -190,20 +189,20 @@ async def test_kubelet_killed_and_restarted(kubelet: FakeKubelet,
     clock.now += 5
     text = await text_of(collector)
     assert 'pod="p"' in text, "the last good assignments are kept for a bounded time"
-    assert sample_value(text, "gpu_enricher_kubelet_up") == "0"
-    assert float(sample_value(text, "gpu_enricher_kubelet_assignments_age_seconds")) == 5.0
-    assert 'gpu_enricher_collection_errors_total{source="kubelet",reason="SOCKET_MISSING"}' \
-        in text
+    assert sample_value(text, "gpu_enricher_kubelet_up") == 0
+    assert sample_value(text, "gpu_enricher_kubelet_assignments_age_seconds") == 5.0
+    assert value(text, "gpu_enricher_collection_errors_total", source="kubelet",
+                 reason="SOCKET_MISSING") is not None
     clock.now += 11  # beyond max_age: better no labels than possibly wrong ones
     text = await text_of(collector)
     assert 'pod="' not in "\n".join(temp_lines(text))
-    assert "gpu_enricher_kubelet_assignments_age_seconds " not in text
+    assert sample_value(text, "gpu_enricher_kubelet_assignments_age_seconds") is None
     assert len(temp_lines(text)) == 6, "GPU series keep flowing"
     await kubelet.start()
     clock.now += 60  # past any backoff
     text = await text_of(collector)
     assert 'pod="p"' in text
-    assert sample_value(text, "gpu_enricher_kubelet_up") == "1"
+    assert sample_value(text, "gpu_enricher_kubelet_up") == 1
 
 
 async def test_kubelet_restart_without_socket_removal_reconnects(
@@ -236,15 +235,16 @@ async def test_resource_exhausted_and_deadline_keep_labels_and_count(
     clock.now += 1
     text = await text_of(collector)
     assert 'pod="p"' in text
-    assert ('gpu_enricher_collection_errors_total{source="kubelet",reason="RESOURCE_EXHAUSTED"} 1'
-            in text)
+    errors = "gpu_enricher_collection_errors_total"
+    assert value(text, errors, source="kubelet", reason="RESOURCE_EXHAUSTED") == 1
     kubelet.delay_seconds = 1.0
     clock.now += 2  # past the (jittered) backoff of one failure, within max_age
     text = await text_of(collector)
-    assert 'reason="DEADLINE_EXCEEDED"} 1' in text and 'pod="p"' in text
+    assert value(text, errors, source="kubelet", reason="DEADLINE_EXCEEDED") == 1
+    assert 'pod="p"' in text
     kubelet.delay_seconds = 0
     clock.now += 2
-    assert sample_value(await text_of(collector), "gpu_enricher_kubelet_up") == "1"
+    assert sample_value(await text_of(collector), "gpu_enricher_kubelet_up") == 1
 
 
 async def test_old_kubelet_v1alpha1_fallback(kubelet: FakeKubelet,
@@ -272,7 +272,7 @@ async def test_list_response_above_4_mib(kubelet: FakeKubelet,
     collectors.append(collector)
     text = await text_of(collector)
     assert 'pod="p"' in text
-    assert sample_value(text, "gpu_enricher_kubelet_up") == "1"
+    assert sample_value(text, "gpu_enricher_kubelet_up") == 1
 
 
 async def test_allocatable_and_allocated_counts(kubelet: FakeKubelet,
@@ -282,11 +282,13 @@ async def test_allocatable_and_allocated_counts(kubelet: FakeKubelet,
     collector = make_collector(SimulatedBackend(SIM), kubelet.socket_path)
     collectors.append(collector)
     text = await text_of(collector)
-    assert 'gpu_enricher_kubelet_allocated_devices{resource="nvidia.com/gpu"} 3' in text
-    assert 'gpu_enricher_kubelet_allocated_devices{resource="nvidia.com/mig-3g.40gb"} 1' in text
-    assert 'gpu_enricher_kubelet_allocatable_devices{resource="nvidia.com/gpu"} 4' in text
+    allocated = "gpu_enricher_kubelet_allocated_devices"
+    assert value(text, allocated, resource="nvidia.com/gpu") == 3
+    assert value(text, allocated, resource="nvidia.com/mig-3g.40gb") == 1
+    assert value(text, "gpu_enricher_kubelet_allocatable_devices", resource="nvidia.com/gpu") == 4
     assert "amd.com" not in text
-    assert f'device_id="{mig_uuid(SIM_UUIDS[2], 1)}",namespace="research"' in text
+    assert value(text, "gpu_enricher_device_allocation_info",
+                 device_id=mig_uuid(SIM_UUIDS[2], 1), namespace="research") == 1
 
 
 async def test_socket_appearing_after_start(socket_dir: Path,
@@ -297,7 +299,7 @@ async def test_socket_appearing_after_start(socket_dir: Path,
     collectors.append(collector)
     text = await text_of(collector)
     assert len(temp_lines(text)) == 6 and 'pod="' not in text
-    assert sample_value(text, "gpu_enricher_kubelet_up") == "0"
+    assert sample_value(text, "gpu_enricher_kubelet_up") == 0
     clock.now += 1
     await text_of(collector)
     async with FakeKubelet(socket) as kubelet:
@@ -377,8 +379,10 @@ async def test_a_broken_assignment_source_never_freezes_gpu_series(socket_dir: P
     await collector.collect_once()
     await collector.collect_once()
     text = collector.exposition.text.decode()
-    assert 'gpu_enricher_collections_total{source="simulated"} 2' in text, "rendered each pass"
-    assert 'gpu_enricher_collection_errors_total{source="simulated",reason="internal"} 2' in text
+    assert value(text, "gpu_enricher_collections_total", source="simulated") == 2, \
+        "rendered each pass"
+    assert value(text, "gpu_enricher_collection_errors_total", source="simulated",
+                 reason="internal") == 2
     await source.close()
 
 

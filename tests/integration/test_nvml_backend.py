@@ -13,6 +13,7 @@ from gpu_enricher.counters import parse_counters
 from gpu_enricher.fields import IMPLEMENTED
 from gpu_enricher.model import NodeSnapshot
 from gpu_enricher.nvml import NvmlBackend
+from tests.exposition import value as metric_value
 from tests.fake_nvml.build import FakeNvml
 
 ALL = frozenset(IMPLEMENTED)
@@ -222,9 +223,10 @@ async def test_exposition_through_the_collector(
     assert 'GPU_I_ID="1",Hostname="node-a",DCGM_FI_DRIVER_VERSION="580.105.08"} 0' not in text
     assert text.count("DCGM_FI_DEV_GPU_UTIL{") == 1, "no GPU_UTIL per MIG instance"
     assert 'gpu="2"' not in text.split("# HELP gpu_enricher")[0], "lost GPU: no DCGM series"
-    assert 'gpu_enricher_gpu_up{gpu="2",UUID="",' in text
-    assert f'gpu_enricher_gpu_up{{gpu="0",UUID="{UUID0}"' in text
-    assert 'gpu_enricher_collection_errors_total{source="nvml",reason="GpuIsLost"} 1' in text
+    assert metric_value(text, "gpu_enricher_gpu_up", gpu="2", UUID="", Hostname="node-a") == 0
+    assert metric_value(text, "gpu_enricher_gpu_up", gpu="0", UUID=UUID0) == 1
+    assert metric_value(text, "gpu_enricher_collection_errors_total", source="nvml",
+                 reason="GpuIsLost") == 1
 
 
 def test_gpm_support_survives_a_gpu_lost_at_start(
@@ -273,9 +275,10 @@ async def test_driver_reload_reinitialises_nvml(fake: FakeNvml,
             await asyncio.sleep(0.02)
         text = collector.exposition.text.decode()
         assert fake.calls("nvmlInitWithFlags") > opened, "NVML was initialised again"
-        assert 'gpu_enricher_collection_errors_total{source="nvml",reason="Uninitialized"}' in text
-        assert "DCGM_FI_DEV_POWER_USAGE{" in text and 'gpu_enricher_source_up{source="nvml"} 1' \
-            in text
+        assert metric_value(text, "gpu_enricher_collection_errors_total", source="nvml",
+                     reason="Uninitialized")
+        assert "DCGM_FI_DEV_POWER_USAGE{" in text
+        assert metric_value(text, "gpu_enricher_source_up", source="nvml") == 1
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.exposition import value
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -88,7 +90,7 @@ def test_simulated_node_serves_dcgm_metrics(exporters: list[Exporter]) -> None:
     deadline = time.monotonic() + 10
     while True:
         status, body = get(exp.base + "/metrics")
-        if "gpu_enricher_kubelet_up 1" in body or time.monotonic() > deadline:
+        if value(body, "gpu_enricher_kubelet_up") == 1 or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     assert status == 200
@@ -97,7 +99,44 @@ def test_simulated_node_serves_dcgm_metrics(exporters: list[Exporter]) -> None:
     assert 'backend="simulated"' in body
     # The simulated pods come through the in-process fake kubelet and the real client.
     assert ',container="pytorch",namespace="ml",pod="llm-trainer-0"}' in body
-    assert 'pod="notebook-alice"' in body and "gpu_enricher_kubelet_up 1" in body
+    assert 'pod="notebook-alice"' in body and value(body, "gpu_enricher_kubelet_up") == 1
+    code, _ = exp.stop()
+    assert code == 0
+
+
+def test_standard_process_and_python_metrics_refresh_each_cycle(
+        exporters: list[Exporter]) -> None:
+    exp = Exporter(["--simulate", "-c", "200"], {})
+    exporters.append(exp)
+    exp.wait_ready()
+    _, body = get(exp.base + "/metrics")
+    rss = value(body, "process_resident_memory_bytes")
+    assert rss is not None and 10 << 20 < rss < 300 << 20, rss
+    started = value(body, "process_start_time_seconds")
+    assert started is not None and abs(started - time.time()) < 60
+    assert value(body, "process_open_fds") and value(body, "process_max_fds")
+    assert value(body, "python_info", implementation="CPython") == 1
+    assert value(body, "python_gc_collections_total", generation="0") is not None
+    cpu = value(body, "process_cpu_seconds_total")
+    assert cpu is not None and cpu > 0
+    # Rendered with each cycle, not per scrape: the CPU counter moves between cycles, and two
+    # scrapes within one cycle get the same bytes.
+    deadline = time.monotonic() + 10
+    while True:
+        time.sleep(0.3)
+        _, later = get(exp.base + "/metrics")
+        moved = value(later, "process_cpu_seconds_total")
+        if (moved is not None and moved > cpu) or time.monotonic() > deadline:
+            break
+    assert moved is not None and moved > cpu
+    request = urllib.request.Request(
+        exp.base + "/metrics", headers={"Accept": "application/openmetrics-text"})
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        om = resp.read().decode()
+    assert om.count("# EOF") == 1 and om.endswith("# EOF\n")
+    assert "# TYPE process_cpu_seconds counter\n" in om
+    assert om.index("DCGM_FI_DEV_GPU_TEMP") < om.index("gpu_enricher_build_info") < om.index(
+        "process_resident_memory_bytes")
     code, _ = exp.stop()
     assert code == 0
 
@@ -112,7 +151,9 @@ def test_fake_nvml_node_with_eight_gpus(exporters: list[Exporter], fake_nvml_pat
     gpus = {line.split('gpu="')[1].split('"')[0]
             for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")}
     assert gpus == {"0", "1", "2", "3", "4", "6", "7"}, "GPU 5 is lost, the others report"
-    assert 'gpu_enricher_gpu_up{gpu="5",' in body and 'backend="nvml"' in body
+    assert value(body, "gpu_enricher_gpu_up", gpu="5") == 0
+    assert value(body, "gpu_enricher_gpu_up", gpu="4", Hostname="gpu-node") == 1
+    assert value(body, "gpu_enricher_build_info", backend="nvml") == 1
     code, err = exp.stop()
     assert code == 0, err
     # The fake has no GPM: the profiling lines of the bundled file are skipped, one warning each.
@@ -131,11 +172,10 @@ def test_without_usable_nvml_stays_up_not_ready_and_says_why(
     status, text = get(exp.base + "/ready")
     assert status == 503 and text.startswith("not ready: nvml backend unavailable, retrying")
     _, body = get(exp.base + "/metrics")
-    assert 'gpu_enricher_source_up{source="nvml"} 0' in body
-    retries = [line for line in body.splitlines()
-               if line.startswith('gpu_enricher_collection_errors_total{source="nvml",'
-                                  'reason="DriverNotLoaded"}')]
-    assert retries and int(retries[0].rsplit(" ", 1)[1]) >= 2, body
+    assert value(body, "gpu_enricher_source_up", source="nvml") == 0
+    retries = value(body, "gpu_enricher_collection_errors_total", source="nvml",
+                    reason="DriverNotLoaded")
+    assert retries is not None and retries >= 2, body
     assert "DCGM_FI_" not in body
     code, err = exp.stop()
     assert code == 0
@@ -155,8 +195,9 @@ def test_kubernetes_mode_without_kubelet_socket(exporters: list[Exporter], tmp_p
     time.sleep(1.0)
     _, body = get(exp.base + "/metrics")
     assert "DCGM_FI_DEV_GPU_TEMP{" in body and 'pod="' not in body
-    assert "gpu_enricher_kubelet_up 0" in body
-    assert 'gpu_enricher_collection_errors_total{source="kubelet",reason="SOCKET_MISSING"}' in body
+    assert value(body, "gpu_enricher_kubelet_up") == 0
+    assert value(body, "gpu_enricher_collection_errors_total", source="kubelet",
+                 reason="SOCKET_MISSING")
     code, err = exp.stop()
     assert code == 0
     assert err.count("no kubelet pod-resources socket") == 1, err

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from gpu_enricher.counters import parse_counters, plan_counters
 from gpu_enricher.devices import Attribution, attribute
 from gpu_enricher.fields import IMPLEMENTED
-from gpu_enricher.join import allocation_family, dcgm_families
+from gpu_enricher.join import dcgm_families
 from gpu_enricher.model import (
     DeviceIdentity,
     GpuInstance,
@@ -16,8 +16,9 @@ from gpu_enricher.model import (
     NodeSnapshot,
     PodAssignment,
 )
+from gpu_enricher.ownmetrics import OwnMetrics
 from gpu_enricher.render import Exposition, Family, Sample, format_value, label_pairs
-from gpu_enricher.selfmetrics import SourceHealth, self_families
+from gpu_enricher.selfmetrics import SourceHealth, allocation_family, self_families
 
 CSV = """
 DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
@@ -142,19 +143,47 @@ def test_label_values_are_escaped() -> None:
 def test_self_metrics_report_lost_gpu_and_counters_in_both_formats() -> None:
     health = {"nvml": SourceHealth(up=True, collections=3, errors={"GpuIsLost": 3},
                                    last_duration_seconds=0.0021, last_success_timestamp=1.5)}
-    fams = self_families(snapshot(), health, "node-a", "nvml")
-    expo = Exposition.from_families(fams)
+    own = OwnMetrics().render(self_families(snapshot(), health, "node-a", "nvml"))
+    expo = Exposition.from_families(families(), own)
     text = expo.text.decode()
-    assert ('gpu_enricher_gpu_up{gpu="2",UUID="GPU-lost",pci_bus_id="00000000:51:00.0",'
-            'device="nvidia2",modelName="NVIDIA L4",Hostname="node-a"} 0') in text
-    assert f'gpu_enricher_gpu_up{{gpu="0",UUID="{UUID0}"' in text
+    assert text.startswith(GOLDEN), "the DCGM part first, in our own format"
+    assert ('gpu_enricher_gpu_up{Hostname="node-a",UUID="GPU-lost",device="nvidia2",gpu="2",'
+            'modelName="NVIDIA L4",pci_bus_id="00000000:51:00.0"} 0.0') in text
+    assert f'gpu_enricher_gpu_up{{Hostname="node-a",UUID="{UUID0}"' in text
     assert "# TYPE gpu_enricher_collections_total counter\n" in text
-    assert 'gpu_enricher_collection_errors_total{source="nvml",reason="GpuIsLost"} 3' in text
-    om = {f.name: f for f in parse_om(expo.openmetrics.decode())}
+    assert 'gpu_enricher_collection_errors_total{reason="GpuIsLost",source="nvml"} 3.0' in text
+    om_text = expo.openmetrics.decode()
+    assert om_text.count("# EOF") == 1 and om_text.endswith("# EOF\n")
+    om = {f.name: f for f in parse_om(om_text)}
     assert om["gpu_enricher_collections"].type == "counter"
     assert om["gpu_enricher_collections"].samples[0].value == 3
+    assert om["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].type == "unknown"
     text_parsed = {f.name: f for f in parse_text(text)}
     assert text_parsed["gpu_enricher_gpu_up"].type == "gauge"
+    assert text_parsed["DCGM_FI_DEV_GPU_TEMP"].type == "gauge"
+
+
+def test_standard_process_and_python_families_in_both_formats() -> None:
+    text, om_text = OwnMetrics().render([])
+    for parsed in ({f.name: f for f in parse_text(text.decode())},
+                   {f.name: f for f in parse_om(om_text.decode())}):
+        assert parsed["process_resident_memory_bytes"].samples[0].value > 1 << 20
+        assert parsed["process_cpu_seconds"].type == "counter"
+        assert parsed["process_cpu_seconds"].samples[0].value > 0
+        assert parsed["process_open_fds"].samples[0].value >= 3
+        assert parsed["process_start_time_seconds"].samples[0].value > 1.6e9
+        assert parsed["python_info"].samples[0].labels["implementation"] == "CPython"
+        assert {s.labels["generation"] for s in parsed["python_gc_collections"].samples} == {
+            "0", "1", "2"}
+    assert b"_created" not in text and b"_created" not in om_text
+
+
+def test_empty_self_families_are_absent_not_bare_headers() -> None:
+    no_errors = {"nvml": SourceHealth(up=True)}
+    text, _ = OwnMetrics().render(self_families(None, no_errors, None, "nvml"))
+    assert b"gpu_enricher_source_up" in text
+    assert b"gpu_enricher_collection_errors" not in text
+    assert b"gpu_enricher_gpu_up" not in text
 
 
 def test_gzip_bodies_are_cached_and_decompress_to_the_plain_body() -> None:
@@ -206,14 +235,16 @@ def test_virtual_gpus_repeat_series_per_holder() -> None:
 
 def test_allocation_info_lists_every_holder() -> None:
     family = allocation_family(snapshot(), attribution_fixture())
-    lines = Exposition.from_families([family]).text.decode().splitlines()[2:]
+    text, _ = OwnMetrics().render([family])
+    lines = text.decode().split("# HELP process_")[0].splitlines()[2:]
     assert lines == [
-        f'gpu_enricher_device_allocation_info{{gpu="0",UUID="{UUID0}",resource="nvidia.com/gpu",'
-        f'device_id="{UUID0}",namespace="ml",pod="trainer-0",container="cuda"}} 1',
-        f'gpu_enricher_device_allocation_info{{gpu="1",UUID="{UUID1}",GPU_I_ID="9",'
-        'resource="nvidia.com/mig-1g.10gb",device_id="MIG-bbb::0",namespace="web",pod="infer-a",'
-        'container="srv"} 1',
-        f'gpu_enricher_device_allocation_info{{gpu="1",UUID="{UUID1}",GPU_I_ID="9",'
-        'resource="nvidia.com/mig-1g.10gb",device_id="MIG-bbb::1",namespace="web",pod="infer-b",'
-        'container="srv"} 1',
+        f'gpu_enricher_device_allocation_info{{UUID="{UUID0}",container="cuda",'
+        f'device_id="{UUID0}",gpu="0",namespace="ml",pod="trainer-0",resource="nvidia.com/gpu"}}'
+        ' 1.0',
+        f'gpu_enricher_device_allocation_info{{GPU_I_ID="9",UUID="{UUID1}",container="srv",'
+        'device_id="MIG-bbb::0",gpu="1",namespace="web",pod="infer-a",'
+        'resource="nvidia.com/mig-1g.10gb"} 1.0',
+        f'gpu_enricher_device_allocation_info{{GPU_I_ID="9",UUID="{UUID1}",container="srv",'
+        'device_id="MIG-bbb::1",gpu="1",namespace="web",pod="infer-b",'
+        'resource="nvidia.com/mig-1g.10gb"} 1.0',
     ]

@@ -1,0 +1,53 @@
+"""The exporter's own exposition, rendered by prometheus_client once per cycle.
+
+Besides the `gpu_enricher_*` families it carries prometheus_client's standard collectors
+(`process_*` from /proc, `python_info`, `python_gc_*`), so the usual exporter dashboards and
+alerts (memory, CPU, restarts) work on gpu-enricher. They are read when the cycle renders, not
+per scrape: a scrape stays a hand-out of ready bytes, and `process_*` is at most one collection
+interval old.
+"""
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+from prometheus_client import (
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.exposition import generate_latest as text_exposition
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.registry import Collector, CollectorRegistry
+
+# Untyped upstream; the same call as the text renderer's.
+openmetrics_exposition: Final[Callable[[Collector], bytes]] = openmetrics.generate_latest
+
+
+class _Families(Collector):
+    """A fixed list of families: what one cycle collected, rendered in both formats."""
+
+    def __init__(self, families: Sequence[Metric] = ()) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+class OwnMetrics:
+    def __init__(self) -> None:
+        # A private registry, not prometheus_client's process-global REGISTRY: a test may
+        # build many collectors in one process.
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._cycle = _Families()
+        self._registry.register(self._cycle)
+        ProcessCollector(registry=self._registry)
+        PlatformCollector(registry=self._registry)
+        GCCollector(registry=self._registry)
+
+    def render(self, families: Sequence[Metric]) -> tuple[bytes, bytes]:
+        """(text 0.0.4, OpenMetrics ending in `# EOF`) of this cycle's `families` followed by
+        the standard ones, each collector asked once for both formats."""
+        self._cycle.families = [f for f in families if f.samples]  # absent, not a bare header
+        collected = _Families(list(self._registry.collect()))
+        return text_exposition(collected), openmetrics_exposition(collected)
