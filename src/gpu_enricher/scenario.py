@@ -55,6 +55,18 @@ class SimGpu:
     lost: bool = False
     instances: tuple[SimInstance, ...] = ()
     processes: tuple[SimProcess, ...] = ()
+    gpm: bool = True  # profiling fields (NVML GPM): Hopper and newer only
+
+
+# NVML GPM, our source of DCGM_FI_PROF_*, exists on Hopper (H100, H200, H800, H20, GH200) and
+# newer (Blackwell B100/B200/GB200…); an A100 or L4 answers NOT_SUPPORTED. dcgm-exporter gets
+# profiling on A100 through DCGM's own profiling module, which we do not use.
+GPM_MODEL_MARKERS: Final = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200", "B300",
+                            "GB200", "GB300")
+
+
+def has_gpm(model: str) -> bool:
+    return any(marker in model.upper() for marker in GPM_MODEL_MARKERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +124,7 @@ def _int(raw: Any, where: str) -> int:
 _GPU_KEYS: Final = frozenset({
     "model", "uuid", "pci_bus_id", "memory_mib", "utilization", "memory_used_mib",
     "power_watts", "temperature", "sm_clock_mhz", "mem_clock_mhz", "lost", "mig", "processes",
+    "gpm",
 })
 
 
@@ -148,9 +161,13 @@ def _gpu(raw: Any, index: int, seed: int, where: str) -> SimGpu:
         _process(p, f"{where}.processes[{n}]")
         for n, p in enumerate(spec.get("processes") or [])
     )
+    model = str(spec.get("model", "NVIDIA H100 80GB HBM3"))
+    gpm = spec.get("gpm", has_gpm(model))
+    if not isinstance(gpm, bool):
+        raise ScenarioError(f"{where}.gpm: expected true or false, got {gpm!r}")
     return SimGpu(
         index=index,
-        model=str(spec.get("model", "NVIDIA H100 80GB HBM3")),
+        model=model,
         uuid=str(spec.get("uuid") or default_uuid(seed, index)),
         pci_bus_id=str(spec.get("pci_bus_id") or f"00000000:{0x18 + 0x10 * index:02X}:00.0"),
         memory_mib=_int(spec.get("memory_mib", 81559), f"{where}.memory_mib"),
@@ -163,6 +180,7 @@ def _gpu(raw: Any, index: int, seed: int, where: str) -> SimGpu:
         lost=bool(spec.get("lost", False)),
         instances=instances,
         processes=processes,
+        gpm=gpm,
     )
 
 

@@ -110,7 +110,7 @@ class SimulatedBackend:
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
-            **self._profiling(busy, t, gpu.index),
+            **(self._profiling(busy, t, gpu.index) if gpu.gpm else {}),
         }
         instances = tuple(self._instance(gpu, inst, t, fields) for inst in gpu.instances)
         processes = tuple(
@@ -151,7 +151,7 @@ class SimulatedBackend:
             "DCGM_FI_DEV_FB_RESERVED": 0,
             "DCGM_FI_DEV_FB_USED": used,
             "DCGM_FI_DEV_FB_FREE": max(0, inst.memory_mib - used),
-            **self._profiling(busy, t, *key),
+            **(self._profiling(busy, t, *key) if gpu.gpm else {}),
         }
         return GpuInstance(
             inst.gpu_instance_id, 0, inst.profile, mig_uuid(gpu.uuid, inst.gpu_instance_id),

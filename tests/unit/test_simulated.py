@@ -35,12 +35,39 @@ def test_builtin_node_shape() -> None:
     mig = snap.gpus[2]
     assert mig.mig_enabled and [i.profile for i in mig.instances] == ["3g.40gb", "2g.20gb",
                                                                        "1g.10gb"]
-    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in mig.instances[0].values
     idle = snap.gpus[3]
     assert idle.values["DCGM_FI_DEV_GPU_UTIL"] == 0
     assert all(g.healthy for g in snap.gpus)
-    for gpu in snap.gpus:
-        assert 0 <= float(gpu.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]) <= 1
+    # Profiling (NVML GPM) only where real hardware has it: the Hopper GPU, not the A100s,
+    # their MIG instances or the L4.
+    h100 = snap.gpus[0]
+    assert 0 < float(h100.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]) <= 1
+    assert 0 <= float(h100.values["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]) <= 1
+    for gpu in snap.gpus[1:]:
+        assert not any(f.startswith("DCGM_FI_PROF_") for f in gpu.values), gpu.identity
+        for inst in gpu.instances:
+            assert not any(f.startswith("DCGM_FI_PROF_") for f in inst.values)
+            assert inst.values["DCGM_FI_DEV_FB_TOTAL"] > 0
+
+
+def test_gpm_follows_the_model_unless_the_scenario_says(tmp_path: Path) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text("gpus:\n"
+                    "  - {model: NVIDIA H200, mig: [{gi: 1, profile: 1g.18gb}]}\n"
+                    "  - {model: NVIDIA B200}\n"
+                    "  - {model: NVIDIA A100-SXM4-40GB}\n"
+                    "  - {model: NVIDIA A100-SXM4-40GB, gpm: true}\n"
+                    "  - {model: NVIDIA H100 PCIe, gpm: false}\n")
+    scenario = load_scenario(path)
+    assert [g.gpm for g in scenario.gpus] == [True, True, False, True, False]
+    sim = SimulatedBackend(scenario, FakeClock())
+    snap = sim.sample(ALL)
+    assert "DCGM_FI_PROF_SM_ACTIVE" in snap.gpus[0].instances[0].values, "GPM on Hopper MIG"
+    assert ["DCGM_FI_PROF_SM_ACTIVE" in g.values for g in snap.gpus] == [
+        True, True, False, True, False]
+    path.write_text("gpus: [{gpm: maybe}]\n")
+    with pytest.raises(ScenarioError, match=r"gpus\[0\]\.gpm: expected true or false"):
+        load_scenario(path)
 
 
 def test_values_are_deterministic_and_move_over_time() -> None:
@@ -86,7 +113,7 @@ def test_scenario_file_with_lost_gpu(tmp_path: Path) -> None:
     [
         ("gpus: []", "gpus: expected a non-empty list"),
         ("gpus: [{utilization: [90, 10]}]", "gpus[0].utilization: expected a number or"),
-        ("gpus: [{colour: red}]", "gpus[0]: unknown key 'colour'; known: lost, mem_clock_mhz"),
+        ("gpus: [{colour: red}]", "gpus[0]: unknown key 'colour'; known: gpm, lost, mem_clock_mhz"),
         ("gpus: [{utilisation: 5}]",
          "gpus[0]: unknown key 'utilisation' (did you mean 'utilization'?)"),
         ("gpu: [{}]", "unknown key 'gpu' (did you mean 'gpus'?); known: driver_version, gpus"),
