@@ -8,22 +8,29 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.reference import describe
+
 if TYPE_CHECKING:
     from tests.fake_nvml.build import FakeNvml
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
 
 
 def require_tool(name: str) -> str:
     """Path of an external tool; skip without it locally, fail without it on CI."""
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (on Debian: see .ci/run)"
+        message = f"{name} is not installed (tox installs it: see scripts/test-tools.py)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and {message}")
         pytest.skip(message)
     return path
+
+
+def pytest_report_header() -> str:
+    """Whether the dcgm-exporter compatibility tests read the real files or the repository's
+    facts about them (tests/reference.py)."""
+    return describe()
 
 
 @pytest.fixture(scope="session")

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, SHARED_REFERENCE, require_tool
+from tests.conftest import ROOT, require_tool
 from tests.integration.test_process import Exporter, free_port
+from tests.reference import dashboard_12239
 
-DASHBOARD_12239 = SHARED_REFERENCE / "dcgm-exporter-dashboard.json"
 DASHBOARD = ROOT / "helm" / "gpu-enricher" / "files" / "dashboards" / "gpu-enricher.json"
 ALERTS = ROOT / "helm" / "gpu-enricher" / "files" / "alerts.yaml"
 ADAPTER = ROOT / "examples" / "prometheus-adapter-values.yaml"
@@ -213,8 +213,9 @@ def test_target_is_up_with_the_servicemonitor_labels(prometheus: Prometheus) -> 
     assert len(up) == 1
 
 
+@pytest.mark.reference_compat
 def test_dashboard_12239_queries_return_data(prometheus: Prometheus) -> None:
-    reference = load_json(DASHBOARD_12239)
+    reference = dashboard_12239()
     queries = exprs(reference)
     assert len(queries) == 8
     prometheus.eventually(substitute(q) for q in queries)
@@ -240,8 +241,9 @@ def test_our_dashboard_queries_return_data(prometheus: Prometheus) -> None:
         "inference", "ml", "research"]
 
 
+@pytest.mark.reference_compat
 def test_dashboard_has_every_panel_of_12239_with_its_query_and_unit() -> None:
-    reference = load_json(DASHBOARD_12239)
+    reference = dashboard_12239()
     ours = load_json(DASHBOARD)
     by_expr = {t["expr"]: p for p in panels(ours) for t in p.get("targets", [])}
     for panel in panels(reference):
@@ -255,7 +257,7 @@ def test_dashboard_has_every_panel_of_12239_with_its_query_and_unit() -> None:
     for name, v in variables.items():
         if name != "datasource":
             assert v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, name
-    for name, v in {v["name"]: v for v in load_json(DASHBOARD_12239)["templating"]["list"]
+    for name, v in {v["name"]: v for v in dashboard_12239()["templating"]["list"]
                     if v["type"] == "query"}.items():
         assert variables[name]["query"] == v["query"], name
     assert variables["namespace"]["query"] == (

@@ -4,6 +4,7 @@ import asyncio
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ from gpu_enricher.kubelet.fake_server import FakeKubelet
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
 from gpu_enricher.scenario import builtin_scenario
 from gpu_enricher.simulated import SimulatedBackend
-from tests.conftest import SHARED_REFERENCE, require_tool
+from tests.conftest import require_tool
 from tests.exposition import value
+from tests.reference import dcgm_counters_csv
 
 # What dcgm-exporter's own names make promtool say; nothing else is allowed.
 ALLOWED_DCGM = {
@@ -57,12 +59,13 @@ async def exposition(counters: Path) -> bytes:
 
 @pytest.mark.parametrize(
     "counters",
-    [default_counters_path(), SHARED_REFERENCE / "dcgm-default-counters.csv"],
-    ids=["bundled-counters", "dcgm-exporter-counters"],
+    [pytest.param(default_counters_path, id="bundled-counters"),
+     pytest.param(dcgm_counters_csv, id="dcgm-exporter-counters",
+                  marks=pytest.mark.reference_compat)],
 )
-def test_promtool_check_metrics(counters: Path) -> None:
+def test_promtool_check_metrics(counters: Callable[[], Path]) -> None:
     promtool = require_tool("promtool")
-    body = asyncio.run(exposition(counters))
+    body = asyncio.run(exposition(counters()))
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
                             timeout=60, check=False)
     output = (result.stdout + result.stderr).decode()

@@ -6,8 +6,8 @@ import pytest
 
 from gpu_enricher.counters import CountersFileError, load_counters, parse_counters, plan_counters
 from gpu_enricher.fields import IMPLEMENTED
+from tests.reference import dcgm_counters_csv
 
-REFERENCE_CSV = Path(__file__).parents[3] / "shared" / "reference" / "dcgm-default-counters.csv"
 BUNDLED_CSV = Path(__file__).parents[2] / "src" / "gpu_enricher" / "default-counters.csv"
 
 
@@ -53,8 +53,10 @@ def test_unreadable_file_names_the_path(tmp_path: Path) -> None:
         load_counters(tmp_path / "missing.csv")
 
 
+@pytest.mark.reference_compat
 def test_dcgm_exporters_own_default_file_loads_unchanged() -> None:
-    lines = load_counters(REFERENCE_CSV)
+    reference_csv = dcgm_counters_csv()
+    lines = load_counters(reference_csv)
     fields = {c.field for c in lines}
     assert "DCGM_FI_DEV_GPU_UTIL" in fields and "DCGM_FI_DRIVER_VERSION" in fields
     assert len(lines) >= 25
@@ -62,7 +64,7 @@ def test_dcgm_exporters_own_default_file_loads_unchanged() -> None:
     # Fields dcgm-exporter knows that we do not implement are skipped, each with its line.
     skipped = {w.split(": ")[1].split()[0] for w in warnings}
     assert "DCGM_FI_DEV_XID_ERRORS" in skipped
-    assert all(w.startswith(f"{REFERENCE_CSV}:") for w in warnings)
+    assert all(w.startswith(f"{reference_csv}:") for w in warnings)
     assert {m.name for m in plan.metrics} >= {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}
     assert plan.label_fields == ("DCGM_FI_DRIVER_VERSION",)
 
