@@ -5,6 +5,7 @@ import contextlib
 import logging
 import shutil
 import signal
+import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -130,46 +131,44 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-async def serve(app: web.Application, config: Config) -> int:
-    """Bind, then start the app (collection loop included), log "serving" and run until
-    SIGTERM/SIGINT. Returns the exit status: 0 after a signal, 1 when the address cannot be
-    bound (one log line with the address and how to choose another; nothing was started)."""
-    where = listen_address(config.host, config.port)
-    try:
-        sockets = bind_sockets(config.host, config.port)
-    except OSError as exc:
-        log.error("%s", listen_error(exc, where))
-        return 1
+async def serve(app: web.Application, config: Config, sockets: list[socket.socket]) -> int:
+    """Start the app (collection loop included) on already bound sockets, log "serving" and
+    run until SIGTERM/SIGINT; returns the exit status."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # first: a signal during start-up is clean
+        loop.add_signal_handler(signum, stop.set)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
     try:
         await runner.setup()
         for sock in sockets:
             await web.SockSite(runner, sock).start()
-        loop = asyncio.get_running_loop()
-        log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)", where,
-                 app[COLLECTOR_KEY].backend.name, config.collect_interval_ms,
-                 type(loop).__module__.split(".")[0])
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+        log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)",
+                 listen_address(config.host, config.port), app[COLLECTOR_KEY].backend.name,
+                 config.collect_interval_ms, type(loop).__module__.split(".")[0])
         await stop.wait()
         log.info("shutting down")
         return 0
     finally:
         await runner.cleanup()
-        for sock in sockets:
-            sock.close()
 
 
 def run(config: Config, counters: tuple[CounterLine, ...],
         backend: GpuBackend | None = None) -> int:
-    backend = backend if backend is not None else make_backend(config)
-    fake = simulated_kubelet(backend)
-    assignments = make_assignments(config, fake.socket_path if fake is not None else None)
-    app = make_app(make_collector(config, counters, backend, assignments), fake)
-    loop = new_event_loop()
+    """Bind first, then build and start everything else: an address that cannot be bound is
+    one log line and exit status 1 with nothing started (no NVML, no fake kubelet)."""
     try:
-        return loop.run_until_complete(serve(app, config))
+        sockets = bind_sockets(config.host, config.port)
+    except OSError as exc:
+        log.error("%s", listen_error(exc, listen_address(config.host, config.port)))
+        return 1
+    try:
+        backend = backend if backend is not None else make_backend(config)
+        fake = simulated_kubelet(backend)
+        assignments = make_assignments(config, fake.socket_path if fake is not None else None)
+        app = make_app(make_collector(config, counters, backend, assignments), fake)
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(serve(app, config, sockets))
     finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
+        for sock in sockets:
+            sock.close()

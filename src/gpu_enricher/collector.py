@@ -252,9 +252,11 @@ class Collector:
                     await self.collect_once()
                 except BackendUnavailable as exc:  # e.g. a driver reload: start NVML over
                     await self._reopen(exc)
-                except Exception:  # a bug in one pass must not end collection for good
+                except Exception as exc:  # a bug in one pass must not end collection for good
                     log.exception("collection pass failed")
                     self._errors["internal"] += 1
+                    if not self.ready:
+                        self.not_ready_reason = f"collection pass failed: {exc!r}"
                 now = time.monotonic()
                 next_due += interval
                 if next_due < now:

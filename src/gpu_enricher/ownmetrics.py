@@ -18,13 +18,14 @@ from prometheus_client import (
 from prometheus_client.exposition import generate_latest as text_exposition
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector as ClientCollector
+from prometheus_client.registry import CollectorRegistry
 
 # Untyped upstream; the same call as the text renderer's.
-openmetrics_exposition: Final[Callable[[Collector], bytes]] = openmetrics.generate_latest
+openmetrics_exposition: Final[Callable[[ClientCollector], bytes]] = openmetrics.generate_latest
 
 
-class _Families(Collector):
+class _Families(ClientCollector):
     """A fixed list of families: what one cycle collected, rendered in both formats."""
 
     def __init__(self, families: Sequence[Metric] = ()) -> None:

@@ -131,6 +131,8 @@ _GPU_KEYS: Final = frozenset({
 _POD_KEYS: Final = frozenset({
     "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids",
 })
+_INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
+_PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi"})
 _TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods"})
 
 
@@ -186,6 +188,7 @@ def _gpu(raw: Any, index: int, seed: int, where: str) -> SimGpu:
 
 def _instance(raw: Any, where: str) -> SimInstance:
     spec = _mapping(raw, where)
+    _check_keys(spec, _INSTANCE_KEYS, where)
     profile = str(spec.get("profile") or "")
     if not profile:
         raise ScenarioError(f"{where}.profile: required (e.g. 1g.10gb)")
@@ -200,6 +203,7 @@ def _instance(raw: Any, where: str) -> SimInstance:
 
 def _process(raw: Any, where: str) -> SimProcess:
     spec = _mapping(raw, where)
+    _check_keys(spec, _PROCESS_KEYS, where)
     gi = spec.get("gi")
     return SimProcess(
         pid=_int(spec.get("pid"), f"{where}.pid"),

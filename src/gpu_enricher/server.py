@@ -98,7 +98,7 @@ def build_app(collector: Collector) -> web.Application:
 
 def listen_address(host: str | None, port: int) -> str:
     if host is None:
-        return f"0.0.0.0:{port}"
+        return f"*:{port}"  # every interface, IPv4 and IPv6
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

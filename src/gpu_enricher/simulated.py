@@ -40,7 +40,11 @@ class SimulatedBackend:
         pass
 
     def deliverable_fields(self) -> frozenset[str]:
-        return frozenset(IMPLEMENTED)
+        """As NVML: profiling fields only when some GPU has GPM, so a counters file asking
+        for them on an A100-only node gets the same one-line warnings as on real hardware."""
+        if any(gpu.gpm for gpu in self.scenario.gpus):
+            return frozenset(IMPLEMENTED)
+        return frozenset(f for f in IMPLEMENTED if not f.startswith("DCGM_FI_PROF_"))
 
     def _phase(self, *key: object) -> float:
         digest = hashlib.blake2b(repr((self.scenario.seed, *key)).encode(), digest_size=8)

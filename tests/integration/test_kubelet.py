@@ -92,10 +92,6 @@ def temp_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
 
 
-def sample_value(text: str, name: str) -> float | None:
-    return value(text, name)
-
-
 # --- every device-ID form, through the real NVML path (fake libnvidia-ml) ------------------
 
 NV0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
@@ -189,20 +185,20 @@ async def test_kubelet_killed_and_restarted(kubelet: FakeKubelet,
     clock.now += 5
     text = await text_of(collector)
     assert 'pod="p"' in text, "the last good assignments are kept for a bounded time"
-    assert sample_value(text, "gpu_enricher_kubelet_up") == 0
-    assert sample_value(text, "gpu_enricher_kubelet_assignments_age_seconds") == 5.0
+    assert value(text, "gpu_enricher_kubelet_up") == 0
+    assert value(text, "gpu_enricher_kubelet_assignments_age_seconds") == 5.0
     assert value(text, "gpu_enricher_collection_errors_total", source="kubelet",
                  reason="SOCKET_MISSING") is not None
     clock.now += 11  # beyond max_age: better no labels than possibly wrong ones
     text = await text_of(collector)
     assert 'pod="' not in "\n".join(temp_lines(text))
-    assert sample_value(text, "gpu_enricher_kubelet_assignments_age_seconds") is None
+    assert value(text, "gpu_enricher_kubelet_assignments_age_seconds") is None
     assert len(temp_lines(text)) == 6, "GPU series keep flowing"
     await kubelet.start()
     clock.now += 60  # past any backoff
     text = await text_of(collector)
     assert 'pod="p"' in text
-    assert sample_value(text, "gpu_enricher_kubelet_up") == 1
+    assert value(text, "gpu_enricher_kubelet_up") == 1
 
 
 async def test_kubelet_restart_without_socket_removal_reconnects(
@@ -244,7 +240,7 @@ async def test_resource_exhausted_and_deadline_keep_labels_and_count(
     assert 'pod="p"' in text
     kubelet.delay_seconds = 0
     clock.now += 2
-    assert sample_value(await text_of(collector), "gpu_enricher_kubelet_up") == 1
+    assert value(await text_of(collector), "gpu_enricher_kubelet_up") == 1
 
 
 async def test_old_kubelet_v1alpha1_fallback(kubelet: FakeKubelet,
@@ -272,7 +268,7 @@ async def test_list_response_above_4_mib(kubelet: FakeKubelet,
     collectors.append(collector)
     text = await text_of(collector)
     assert 'pod="p"' in text
-    assert sample_value(text, "gpu_enricher_kubelet_up") == 1
+    assert value(text, "gpu_enricher_kubelet_up") == 1
 
 
 async def test_allocatable_and_allocated_counts(kubelet: FakeKubelet,
@@ -299,7 +295,7 @@ async def test_socket_appearing_after_start(socket_dir: Path,
     collectors.append(collector)
     text = await text_of(collector)
     assert len(temp_lines(text)) == 6 and 'pod="' not in text
-    assert sample_value(text, "gpu_enricher_kubelet_up") == 0
+    assert value(text, "gpu_enricher_kubelet_up") == 0
     clock.now += 1
     await text_of(collector)
     async with FakeKubelet(socket) as kubelet:

@@ -226,7 +226,7 @@ async def test_exposition_through_the_collector(
     assert metric_value(text, "gpu_enricher_gpu_up", gpu="2", UUID="", Hostname="node-a") == 0
     assert metric_value(text, "gpu_enricher_gpu_up", gpu="0", UUID=UUID0) == 1
     assert metric_value(text, "gpu_enricher_collection_errors_total", source="nvml",
-                 reason="GpuIsLost") == 1
+                        reason="GpuIsLost") == 1
 
 
 def test_gpm_support_survives_a_gpu_lost_at_start(
@@ -276,7 +276,7 @@ async def test_driver_reload_reinitialises_nvml(fake: FakeNvml,
         text = collector.exposition.text.decode()
         assert fake.calls("nvmlInitWithFlags") > opened, "NVML was initialised again"
         assert metric_value(text, "gpu_enricher_collection_errors_total", source="nvml",
-                     reason="Uninitialized")
+                            reason="Uninitialized")
         assert "DCGM_FI_DEV_POWER_USAGE{" in text
         assert metric_value(text, "gpu_enricher_source_up", source="nvml") == 1
     finally:

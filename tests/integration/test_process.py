@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -121,6 +122,11 @@ def test_standard_process_and_python_metrics_refresh_each_cycle(
     assert cpu is not None and cpu > 0
     # Rendered with each cycle, not per scrape: the CPU counter moves between cycles, and two
     # scrapes within one cycle get the same bytes.
+    for _ in range(20):
+        first, second = get(exp.base + "/metrics")[1], get(exp.base + "/metrics")[1]
+        if first == second:
+            break
+    assert first == second, "two scrapes within one cycle got different process_* values"
     deadline = time.monotonic() + 10
     while True:
         time.sleep(0.3)
@@ -210,6 +216,8 @@ def run_to_exit(args: list[str], timeout: float = 20) -> tuple[int, list[str]]:
 
 
 def test_a_taken_port_is_one_line_with_a_hint_and_exit_1() -> None:
+    kubelet_dirs = Path(tempfile.gettempdir()).glob("gpu-enricher-kubelet-*")
+    before = set(kubelet_dirs)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -217,6 +225,8 @@ def test_a_taken_port_is_one_line_with_a_hint_and_exit_1() -> None:
         code, err = run_to_exit(["--simulate", "-a", f"127.0.0.1:{port}"])
     assert code == 1
     assert len(err) == 1, err  # nothing was started: no "collecting", no "serving"
+    after = set(Path(tempfile.gettempdir()).glob("gpu-enricher-kubelet-*"))
+    assert after <= before, "not even the simulated node's fake kubelet socket folder"
     assert err[0].endswith(
         f"ERROR gpu_enricher.app: cannot listen on 127.0.0.1:{port}: the address is already in "
         "use (another exporter on this node?); choose another with -a/--address or "

@@ -46,6 +46,13 @@ class UnavailableBackend(SimulatedBackend):
         raise BackendUnavailable("LibraryNotFound", "NVML Shared Library Not Found")
 
 
+class BrokenPassBackend(SimulatedBackend):
+    """Opens fine; its passes fail with an unexpected error (a bug, not a driver state)."""
+
+    def sample(self, fields: frozenset[str]) -> NodeSnapshot:
+        raise RuntimeError("bad field table")
+
+
 def config(interval_ms: int = 60_000) -> Config:
     return Config(host="127.0.0.1", port=0, collectors=default_counters_path(),
                   collect_interval_ms=interval_ms, hostname="node-a", simulate="builtin")
@@ -194,4 +201,21 @@ async def test_health_fails_when_a_backend_call_hangs(http: aiohttp.ClientSessio
             assert resp.status == 200
     finally:
         backend.gate.set()
+        await server.close()
+
+
+async def test_ready_names_a_failing_first_pass(http: aiohttp.ClientSession,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    server = await serve(BrokenPassBackend(builtin_scenario()), interval_ms=100)
+    try:
+        for _ in range(100):
+            async with http.get(server.make_url("/ready")) as resp:
+                text = await resp.text()
+            if "collection pass failed" in text:
+                break
+            await asyncio.sleep(0.02)
+        assert resp.status == 503
+        assert text == "not ready: collection pass failed: RuntimeError('bad field table')\n"
+        assert "collection pass failed" in caplog.text
+    finally:
         await server.close()

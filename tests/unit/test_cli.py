@@ -164,6 +164,25 @@ def test_unknown_flag_close_to_a_known_one_suggests_it(
     assert err[0].endswith(hint), err[0]
 
 
+def test_go_style_single_dash_long_flags_as_dcgm_exporter_takes_them() -> None:
+    config, warnings = parse_config(
+        ["-collectors", "/etc/c.csv", "-kubernetes", "-debug=true", "-no-hostname=t",
+         "-collect-interval=2000", "-rbmn", "-c", "1000"], {})
+    assert config.collectors == Path("/etc/c.csv")
+    assert config.kubernetes and config.debug and config.hostname is None
+    assert config.collect_interval_ms == 1000, "the later -c wins, as with --"
+    assert [w.split("=")[0] for w in warnings] == ["--replace-blanks-in-model-name"]
+    config, _ = parse_config(["--kubernetes=F", "-d", "f"], {})
+    assert not config.kubernetes, "Go's strconv.ParseBool spellings"
+
+
+def test_ambiguous_single_dash_gets_no_misleading_hint(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-rb"]) == EXIT_USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert "did you mean" not in err[0] and "-rbmn" in err[0], err
+
+
 def test_flags_are_never_abbreviated_as_dcgm_exporter_never_does() -> None:
     with pytest.raises(UsageError, match="unrecognized arguments: --coll"):
         parse_config(["--coll", "x.csv"], {})

@@ -65,6 +65,12 @@ def test_gpm_follows_the_model_unless_the_scenario_says(tmp_path: Path) -> None:
     assert "DCGM_FI_PROF_SM_ACTIVE" in snap.gpus[0].instances[0].values, "GPM on Hopper MIG"
     assert ["DCGM_FI_PROF_SM_ACTIVE" in g.values for g in snap.gpus] == [
         True, True, False, True, False]
+    assert "DCGM_FI_PROF_SM_ACTIVE" in sim.deliverable_fields()
+    path.write_text("gpus: [{model: NVIDIA A100-SXM4-80GB}, {model: NVIDIA L4}]\n")
+    no_gpm = SimulatedBackend(load_scenario(path), FakeClock())
+    assert "DCGM_FI_DEV_GPU_UTIL" in no_gpm.deliverable_fields()
+    assert not any(f.startswith("DCGM_FI_PROF_") for f in no_gpm.deliverable_fields()), \
+        "an A100/L4-only node warns about profiling lines, as the NVML backend does"
     path.write_text("gpus: [{gpm: maybe}]\n")
     with pytest.raises(ScenarioError, match=r"gpus\[0\]\.gpm: expected true or false"):
         load_scenario(path)
@@ -121,6 +127,10 @@ def test_scenario_file_with_lost_gpu(tmp_path: Path) -> None:
          "pods[0]: unknown key 'gpu' (did you mean 'gpus'?)"),
         ("gpus: [{}]\n  bad: indent", ":2:3: invalid YAML: expected <block end>, but found"),
         ("gpus: [{mig: [{gi: 1}]}]", "gpus[0].mig[0].profile: required"),
+        ("gpus: [{mig: [{gi: 1, profile: 1g.10gb, activty: 1}]}]",
+         "gpus[0].mig[0]: unknown key 'activty' (did you mean 'activity'?)"),
+        ("gpus: [{processes: [{pid: 1, used_memory: 5}]}]",
+         "gpus[0].processes[0]: unknown key 'used_memory' (did you mean 'used_memory_mib'?)"),
         ("gpus: [{processes: [{pid: -1}]}]", "gpus[0].processes[0].pid: expected a non-negative"),
         ("gpus: [oops", "invalid YAML"),
         ("gpus: [{}]\npodz: []\nseeed: 1", "unknown keys 'podz' (did you mean 'pods'?), "
