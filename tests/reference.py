@@ -194,13 +194,13 @@ class DashboardFacts:
     variables: tuple[VariableFact, ...]
 
 
-def _panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for panel in dashboard["panels"]:
         yield panel
         yield from panel.get("panels", [])  # collapsed rows nest theirs
 
 
-def _unit(panel: dict[str, Any]) -> str:
+def unit(panel: dict[str, Any]) -> str:
     """A panel's unit, old (graph yaxes, gauge fieldOptions) or current (fieldConfig)."""
     if "yaxes" in panel:
         return str(panel["yaxes"][0]["format"])
@@ -211,13 +211,13 @@ def _unit(panel: dict[str, Any]) -> str:
 
 def dashboard_facts_from_json(dashboard: dict[str, Any]) -> DashboardFacts:
     """The panels that query (title, type, unit, exprs) and the variables of a dashboard."""
-    panels = tuple(
-        PanelFact(str(p["title"]), str(p["type"]), _unit(p),
+    querying = tuple(
+        PanelFact(str(p["title"]), str(p["type"]), unit(p),
                   tuple(str(t["expr"]) for t in p["targets"]))
-        for p in _panels(dashboard) if p.get("targets"))
+        for p in panels(dashboard) if p.get("targets"))
     variables = tuple(VariableFact(str(v["name"]), str(v["type"]), str(v["query"]))
                       for v in dashboard["templating"]["list"])
-    return DashboardFacts(panels, variables)
+    return DashboardFacts(querying, variables)
 
 
 def format_dashboard_facts(facts: DashboardFacts) -> str:

@@ -24,6 +24,8 @@ from .selfmetrics import SourceHealth, allocation_family, kubelet_families, self
 
 log = logging.getLogger(__name__)
 
+WAITING_FOR_FIRST_PASS = "waiting for the first collection pass"
+
 
 @dataclass(frozen=True, slots=True)
 class CollectorOptions:
@@ -56,7 +58,7 @@ class Collector:
         self.plan: CounterPlan | None = None
         self.snapshot: NodeSnapshot | None = None
         self.ready = False
-        self.not_ready_reason = "waiting for the first collection pass"
+        self.not_ready_reason = WAITING_FOR_FIRST_PASS
         """Why /ready says 503: the same words as the log line that reported it."""
         self.running = False
         self._call_started: float | None = None
@@ -161,7 +163,7 @@ class Collector:
                 continue
             if self._backend_error is not None:
                 log.warning("%s backend available again", self.backend.name)
-                self.not_ready_reason = "waiting for the first collection pass"
+                self.not_ready_reason = WAITING_FOR_FIRST_PASS
             self._backend_error = None
             self._opened = True
             break

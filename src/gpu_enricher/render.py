@@ -127,11 +127,9 @@ class Exposition:
 
     @classmethod
     def from_families(cls, families: Sequence[Family],
-                      own: tuple[bytes, bytes] | None = None) -> "Exposition":
+                      own: tuple[bytes, bytes] = (b"", b"# EOF\n")) -> "Exposition":
         """The DCGM families in our format, followed by `own` (text, OpenMetrics ending in
         `# EOF`), the exporter's own metrics as prometheus_client renders them."""
-        if own is None:
-            return cls(render_text(families), render_openmetrics(families))
         own_text, own_openmetrics = own
         return cls(render_text(families) + own_text,
                    render_openmetrics(families, eof=False) + own_openmetrics)

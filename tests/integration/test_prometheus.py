@@ -30,7 +30,7 @@ import yaml
 
 from tests.conftest import ROOT, require_tool
 from tests.integration.test_process import Exporter, free_port
-from tests.reference import dashboard_12239
+from tests.reference import dashboard_12239, panels, unit
 
 DASHBOARD = ROOT / "helm" / "gpu-enricher" / "files" / "dashboards" / "gpu-enricher.json"
 ALERTS = ROOT / "helm" / "gpu-enricher" / "files" / "alerts.yaml"
@@ -72,27 +72,12 @@ def substitute(expr: str) -> str:
     return re.sub(r"\$\{?(\w+)\}?", lambda m: VARIABLES[m.group(1)], expr)
 
 
-def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for panel in dashboard["panels"]:
-        yield panel
-        yield from panel.get("panels", [])  # collapsed rows nest theirs
-
-
 def exprs(dashboard: dict[str, Any]) -> list[str]:
     return [t["expr"] for p in panels(dashboard) for t in p.get("targets", [])]
 
 
 def variable_queries(dashboard: dict[str, Any]) -> list[str]:
     return [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
-
-
-def unit(panel: dict[str, Any]) -> str:
-    """A panel's unit, old (graph yaxes, gauge fieldOptions) or current (fieldConfig)."""
-    if "yaxes" in panel:
-        return str(panel["yaxes"][0]["format"])
-    if "fieldOptions" in panel.get("options", {}):
-        return str(panel["options"]["fieldOptions"]["defaults"]["unit"])
-    return str(panel["fieldConfig"]["defaults"]["unit"])
 
 
 def load_json(path: Path) -> dict[str, Any]:

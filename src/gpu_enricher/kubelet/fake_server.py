@@ -30,6 +30,7 @@ from ._generated.podresources.v1 import api_pb2 as v1_pb2
 from ._generated.podresources.v1 import api_pb2_grpc as v1_grpc
 from ._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from ._generated.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
+from .fake_answers import TokenBucket, allocatable_answer, list_answers
 
 # grpcio ships no type information, so its objects are Any to mypy; the aliases name them.
 ServicerContext = Any
@@ -62,28 +63,6 @@ SERVER_OPTIONS = (
     ("grpc.max_send_message_length", -1),
     # Requests are empty messages; the default 4 MiB receive limit is more than enough.
 )
-
-
-class _TokenBucket:
-    """The token bucket of Go's `rate.Limiter` as the kubelet uses it: `Allow()`, never wait."""
-
-    def __init__(
-        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._rate = rate
-        self._burst = float(burst)
-        self._clock = clock
-        self._tokens = self._burst  # a new limiter starts full
-        self._last = clock()
-
-    def allow(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
-        self._last = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
 
 
 def _inode(path: Path) -> tuple[int, int] | None:
@@ -137,64 +116,24 @@ class FakeKubelet:
         self._rate_qps = rate_qps
         self._rate_burst = rate_burst
         self._clock = clock
-        self._bucket = _TokenBucket(rate_qps, rate_burst, clock)
+        self._bucket = TokenBucket(rate_qps, rate_burst, clock)
         self._failures: dict[str, collections.deque[tuple[grpc.StatusCode, str]]] = {
             method: collections.deque() for method in METHODS
         }
         self._server: AioServer | None = None
         self._socket_inode: tuple[int, int] | None = None
-        self._pods_v1: list[v1_pb2.PodResources] = []
-        self._list_v1 = v1_pb2.ListPodResourcesResponse()
-        self._list_v1alpha1 = v1alpha1_pb2.ListPodResourcesResponse()
-        self._allocatable = v1_pb2.AllocatableResourcesResponse()
+        self._answers = list_answers(())
+        self._allocatable = allocatable_answer(())
 
     # --- state -------------------------------------------------------------------------------
 
     def set_assignments(self, assignments: Sequence[PodAssignment]) -> None:
-        """Replace the pods: grouped by pod, then container, in first-seen order.
-
-        An assignment with no device ids lists its container without devices (as the kubelet
-        lists every container); two assignments of one container and resource are merged.
-        """
-        pods: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
-        for a in assignments:
-            containers = pods.setdefault((a.namespace, a.pod), {})
-            resources = containers.setdefault(a.container, {})
-            if a.device_ids:
-                resources.setdefault(a.resource, []).extend(a.device_ids)
-        # Messages are built once here, so a List call only serializes them.
-        self._pods_v1 = [
-            v1_pb2.PodResources(
-                name=pod,
-                namespace=namespace,
-                containers=[
-                    v1_pb2.ContainerResources(
-                        name=container,
-                        devices=[
-                            v1_pb2.ContainerDevices(resource_name=resource, device_ids=ids)
-                            for resource, ids in resources.items()
-                        ],
-                    )
-                    for container, resources in containers.items()
-                ],
-            )
-            for (namespace, pod), containers in pods.items()
-        ]
-        self._list_v1 = v1_pb2.ListPodResourcesResponse(pod_resources=self._pods_v1)
-        # v1alpha1's messages are a wire-compatible subset of v1's (same numbers and types), so
-        # the v1 bytes parse as v1alpha1: exactly what an old client of a new kubelet sees.
-        self._list_v1alpha1 = v1alpha1_pb2.ListPodResourcesResponse.FromString(
-            self._list_v1.SerializeToString()
-        )
+        """Replace the pods (see `list_answers` for how they are grouped)."""
+        self._answers = list_answers(assignments)
 
     def set_allocatable(self, devices: Sequence[AllocatableDevices]) -> None:
         """Replace the allocatable devices answered by `GetAllocatableResources`."""
-        self._allocatable = v1_pb2.AllocatableResourcesResponse(
-            devices=[
-                v1_pb2.ContainerDevices(resource_name=d.resource, device_ids=d.device_ids)
-                for d in devices
-            ]
-        )
+        self._allocatable = allocatable_answer(devices)
 
     def fail_next(
         self, method: str, code: grpc.StatusCode, count: int = 1, details: str = ""
@@ -233,7 +172,7 @@ class FakeKubelet:
         server.add_insecure_port(self.target)
         await server.start()
         # A new kubelet process has a new, full limiter.
-        self._bucket = _TokenBucket(self._rate_qps, self._rate_burst, self._clock)
+        self._bucket = TokenBucket(self._rate_qps, self._rate_burst, self._clock)
         self._server = server
         self._socket_inode = _inode(path)
 
@@ -285,7 +224,7 @@ class FakeKubelet:
 
     async def _list_v1_answer(self, context: ServicerContext) -> v1_pb2.ListPodResourcesResponse:
         await self._enter("v1.List", context)
-        answer = self._list_v1
+        answer = self._answers.v1
         if self.after_list is not None:
             # Scheduled after this handler: the answer in flight keeps its message objects.
             asyncio.get_running_loop().call_soon(self.after_list)
@@ -304,7 +243,7 @@ class FakeKubelet:
         if not self.get_enabled:
             # The kubelet returns a plain Go error here, which gRPC sends as UNKNOWN.
             await _abort(context, grpc.StatusCode.UNKNOWN, GET_DISABLED_DETAILS)
-        for pod in self._pods_v1:
+        for pod in self._answers.pods:
             if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
                 return v1_pb2.GetPodResourcesResponse(pod_resources=pod)
         await _abort(
@@ -317,7 +256,7 @@ class FakeKubelet:
         self, context: ServicerContext
     ) -> v1alpha1_pb2.ListPodResourcesResponse:
         await self._enter("v1alpha1.List", context)
-        return self._list_v1alpha1
+        return self._answers.v1alpha1
 
 
 class _V1Servicer:
