@@ -38,9 +38,17 @@ class GpuInstance:
 
 @dataclass(frozen=True, slots=True)
 class ProcessSample:
+    """One process on one GPU (or GPU instance), as NVML reports it in a pass."""
+
     pid: int
+    """A host PID: the driver is not PID-namespace aware."""
     used_memory_bytes: int | None
     gpu_instance_id: int | None = None
+    sm_utilization: float | None = None
+    """Ratio 0..1 of SM time since the previous pass; None: NVML had no sample for it."""
+    memory_utilization: float | None = None
+    kind: str = "compute"
+    """`compute` or `graphics` (a process in both lists is reported once, as compute)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +116,67 @@ class AssignmentSnapshot:
     api: str
     pod_age: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """(namespace, pod) → how many `List` answers ago the pod first appeared."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    """What one source (nvml, kubelet, the pod watch, /proc, …) says about itself."""
+
+    up: bool
+    collections: int = 0
+    errors: Mapping[str, int] = field(default_factory=dict)  # reason → count since start
+    last_duration_seconds: float | None = None
+    last_success_timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """The pod and container a process runs in, as its cgroup path names them."""
+
+    pod_uid: str
+    """Lowercase, with dashes (the systemd driver's `_` restored); a static pod's 32-hex
+    config hash stays as it is."""
+    container_id: str
+    """The runtime's 64-hex container ID, lowercase, without a `containerd://` prefix."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostProcess:
+    """What `/proc/<pid>` says about one GPU process."""
+
+    pid: int
+    start_time: int  # clock ticks after boot, `/proc/<pid>/stat` field 22
+    name: str  # `/proc/<pid>/comm`
+    container: ContainerRef | None  # None: a host process (or CRI-O's conmon)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessTable:
+    """The GPU processes found in `/proc` in one pass; a PID that vanished is absent."""
+
+    processes: Mapping[int, HostProcess] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PodMeta:
+    """The little we keep of one pod from the Kubernetes API (or the kubelet's log names)."""
+
+    uid: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    phase: str = ""
+    containers: Mapping[str, str] = field(default_factory=dict)
+    """Container ID (bare 64-hex, lowercase) → container name."""
+    mirror_uid: str | None = None
+    """A static pod's config hash (annotation `kubernetes.io/config.mirror`): the UID its
+    cgroup and log directory carry."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodDirectory:
+    """This node's pods as one source knows them (the Kubernetes API or the log names)."""
+
+    pods: tuple[PodMeta, ...] = ()
+    synced: bool = False
+    """True once a complete list arrived and the source is current."""

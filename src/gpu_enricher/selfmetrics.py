@@ -7,28 +7,16 @@ renderer.
 
 import platform
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 
 from . import __version__, names
 from .devices import Attribution, count_devices
 from .join import identity_pairs
-from .model import AssignmentSnapshot, NodeSnapshot
+from .model import AssignmentSnapshot, NodeSnapshot, SourceHealth
 
 P = names.SELF_PREFIX
 Labels = Iterable[tuple[str, str]]
-
-
-@dataclass(frozen=True, slots=True)
-class SourceHealth:
-    """What the collector knows about one source (nvml, simulated; later kubelet, …)."""
-
-    up: bool
-    collections: int = 0
-    errors: Mapping[str, int] = field(default_factory=dict)  # reason → count since start
-    last_duration_seconds: float | None = None
-    last_success_timestamp: float | None = None
 
 
 def _family(name: str, kind: str, help_text: str,
