@@ -17,10 +17,10 @@ from .backend import AssignmentSource, BackendUnavailable, GpuBackend
 from .counters import CounterLine, CounterPlan, plan_counters
 from .devices import EMPTY_ATTRIBUTION, Attribution, attribute
 from .join import dcgm_families
-from .model import AssignmentSnapshot, GpuSnapshot, NodeSnapshot
+from .model import AssignmentSnapshot, GpuSnapshot, NodeSnapshot, SourceHealth
 from .ownmetrics import OwnMetrics
 from .render import Exposition, Family
-from .selfmetrics import SourceHealth, allocation_family, kubelet_families, self_families
+from .selfmetrics import allocation_family, kubelet_families, self_families
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,11 @@ from gpu_enricher.model import (
     GpuSnapshot,
     NodeSnapshot,
     PodAssignment,
+    SourceHealth,
 )
 from gpu_enricher.ownmetrics import OwnMetrics
 from gpu_enricher.render import Exposition, Family, Sample, format_value, label_pairs
-from gpu_enricher.selfmetrics import SourceHealth, allocation_family, self_families
+from gpu_enricher.selfmetrics import allocation_family, self_families
 
 CSV = """
 DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
