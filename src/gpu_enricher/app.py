@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from .backend import AssignmentSource, GpuBackend
+from .backend import GpuBackend
 from .collector import Collector, CollectorOptions
 from .config import BUILTIN_SCENARIO, Config
 from .counters import CounterLine
@@ -21,6 +21,7 @@ from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, list
 
 if TYPE_CHECKING:
     from .kubelet.fake_server import FakeKubelet
+    from .kubelet.source import KubeletSource
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ async def _collector_task(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-def make_assignments(config: Config, socket: Path | None = None) -> AssignmentSource | None:
+def make_assignments(config: Config, socket: Path | None = None) -> "KubeletSource | None":
     """The kubelet source with `-k` (grpc is imported only then)."""
     if not config.kubernetes:
         return None
@@ -67,7 +68,7 @@ def make_assignments(config: Config, socket: Path | None = None) -> AssignmentSo
 
 def make_collector(config: Config, counters: tuple[CounterLine, ...],
                    backend: GpuBackend | None = None,
-                   assignments: AssignmentSource | None = None) -> Collector:
+                   assignments: "KubeletSource | None" = None) -> Collector:
     return Collector(
         backend if backend is not None else make_backend(config),
         CollectorOptions(

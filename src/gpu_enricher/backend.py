@@ -1,10 +1,9 @@
-"""The seams between the collector and its sources: GPUs (NVML or the simulated node) and
-device assignments (the kubelet)."""
+"""The seam between the collector and its GPUs (NVML or the simulated node); every other
+source follows `sources.Source`."""
 
-from collections import Counter
 from typing import Protocol
 
-from .model import AssignmentSnapshot, NodeSnapshot
+from .model import NodeSnapshot
 
 
 class BackendUnavailable(Exception):
@@ -31,20 +30,3 @@ class GpuBackend(Protocol):
         """One pass over every GPU. Per-GPU and per-field failures are data, not raised."""
 
     def close(self) -> None: ...
-
-
-class AssignmentSource(Protocol):
-    """Who holds which device (the kubelet's pod-resources API, or a fake of it)."""
-
-    name: str
-    collections: int
-    errors: Counter[str]
-    last_duration: float | None
-    last_success_wall: float | None
-
-    async def refresh(self) -> None:
-        """One bounded attempt per collection cycle; failures are recorded, never raised."""
-
-    def snapshot(self) -> AssignmentSnapshot: ...
-
-    async def close(self) -> None: ...

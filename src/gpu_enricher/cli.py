@@ -17,7 +17,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from .config import BUILTIN_SCENARIO, DEFAULT_KUBELET_SOCKET, Config
+from .config import (
+    BUILTIN_SCENARIO,
+    DEFAULT_KUBELET_LOG_ROOT,
+    DEFAULT_KUBELET_SOCKET,
+    DEFAULT_PROC_ROOT,
+    Config,
+)
 from .flags import (
     DEFAULT_INTERVAL_MS,
     FALSE_WORDS,
@@ -35,6 +41,7 @@ from .flags import (
     parse_interval,
     parse_log_format,
     parse_names,
+    parse_regexes,
 )
 
 log = logging.getLogger("gpu_enricher")
@@ -116,6 +123,14 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         log_format=get("log-format", parse_log_format, "text"),
         debug=switch("debug"),
         simulate=simulate or None,
+        process_metrics=switch("process-metrics"),
+        proc_root=get("proc-root", Path, DEFAULT_PROC_ROOT),
+        kubelet_log_root=get("kubelet-log-root", Path, DEFAULT_KUBELET_LOG_ROOT),
+        pod_labels=switch("kubernetes-enable-pod-labels"),
+        pod_label_allowlist=get("kubernetes-pod-label-allowlist-regex", parse_regexes, ()),
+        pod_uid=switch("kubernetes-enable-pod-uid"),
+        kubeconfig=get("kubeconfig", Path, None),
+        node_name=env.get("NODE_NAME") or socket.gethostname(),
     )
     return config, _unimplemented_warnings(args, env)
 
@@ -164,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .scenario import ScenarioError
 
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "inspect":
+        from .inspection import main as inspect_main
+
+        return inspect_main(args[1:])
     try:
         config, warnings = parse_config(args, os.environ)
     except UsageError as exc:

@@ -9,18 +9,28 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .backend import AssignmentSource, BackendUnavailable, GpuBackend
+from .backend import BackendUnavailable, GpuBackend
 from .counters import CounterLine, CounterPlan, plan_counters
-from .devices import EMPTY_ATTRIBUTION, Attribution, attribute
-from .join import dcgm_families
-from .model import AssignmentSnapshot, GpuSnapshot, NodeSnapshot, SourceHealth
+from .cycle import CycleInputs, CycleOutputs, JoinOptions, compose
+from .devices import Attribution
+from .model import (
+    AssignmentSnapshot,
+    GpuSnapshot,
+    NodeSnapshot,
+    PodDirectory,
+    ProcessTable,
+    SourceHealth,
+)
 from .ownmetrics import OwnMetrics
-from .render import Exposition, Family
-from .selfmetrics import allocation_family, kubelet_families, self_families
+from .podlabels import NO_POLICY, PodLabelPolicy
+from .query import Document
+from .render import Exposition
+from .selfmetrics import allocation_family, self_families
+from .sources import Source
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +49,12 @@ class CollectorOptions:
     max(60 s, 10 intervals)."""
     virtual_gpus: bool = False
     extra_resources: frozenset[str] = frozenset()
+    process_metrics: bool = False
+    pod_policy: PodLabelPolicy = NO_POLICY
+
+    def join(self) -> JoinOptions:
+        return JoinOptions(self.hostname, self.virtual_gpus, self.extra_resources,
+                           self.process_metrics, self.pod_policy)
 
 
 class Collector:
@@ -47,12 +63,21 @@ class Collector:
         backend: GpuBackend,
         options: CollectorOptions,
         *,
-        assignments: AssignmentSource | None = None,
+        assignments: Source[AssignmentSnapshot] | None = None,
+        pods: Source[PodDirectory] | None = None,
+        logs: Source[PodDirectory] | None = None,
+        processes: Source[ProcessTable] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
         self.assignments = assignments
+        self.pods = pods
+        self.logs = logs
+        self.processes = processes
+        self.sources: tuple[Source[object], ...] = tuple(
+            s for s in (assignments, pods, logs, processes) if s is not None)
         self.options = options
+        self._join = options.join()
         self._wall_clock = wall_clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self.plan: CounterPlan | None = None
@@ -70,11 +95,13 @@ class Collector:
         self._last_success: float | None = None
         self._unmatched_logged: set[str] = set()
         self._own = OwnMetrics()
+        self.document: Document = {}
+        """The query API's view of the last pass (/api/v1/gpus)."""
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
-    def health(self, pods: AssignmentSnapshot | None = None) -> dict[str, SourceHealth]:
-        """Per-source health; `pods` is the assignment snapshot already taken for this render."""
+    def health(self) -> dict[str, SourceHealth]:
+        """Per-source health: the GPU backend and every other source."""
         health = {
             self.backend.name: SourceHealth(
                 up=self._opened and self._backend_error is None,
@@ -84,45 +111,41 @@ class Collector:
                 last_success_timestamp=self._last_success,
             )
         }
-        source = self.assignments
-        if source is not None:
-            health[source.name] = SourceHealth(
-                up=(pods or source.snapshot()).up,
-                collections=source.collections,
-                errors=dict(source.errors),
-                last_duration_seconds=source.last_duration,
-                last_success_timestamp=source.last_success_wall,
-            )
+        for source in self.sources:
+            health[source.name] = source.health()
         return health
 
-    def _attribution(self, snapshot: NodeSnapshot, pods: AssignmentSnapshot) -> Attribution:
-        attribution = attribute(snapshot.gpus, pods.assignments, self.options.extra_resources,
-                                pods.pod_age)
+    def _log_unmatched(self, attribution: Attribution) -> None:
         for device_id in attribution.unmatched:
             # Once per ID (bounded): an unknown form or a device of another node is news once.
             if device_id not in self._unmatched_logged and len(self._unmatched_logged) < 1000:
                 self._unmatched_logged.add(device_id)
                 log.warning("kubelet device ID %r matches no GPU or MIG instance of this node",
                             device_id)
-        return attribution
+
+    def _inputs(self) -> CycleInputs:
+        return CycleInputs(
+            self.snapshot, self.plan,
+            self.assignments.snapshot() if self.assignments is not None else None,
+            self.pods.snapshot() if self.pods is not None else None,
+            self.logs.snapshot() if self.logs is not None else None,
+            self.processes.snapshot() if self.processes is not None else None,
+            self._last_success)
 
     def _render(self) -> Exposition:
-        """DCGM families by our renderer, then our own metrics by prometheus_client."""
-        families: list[Family] = []
-        pods = self.assignments.snapshot() if self.assignments is not None else None
-        own = self_families(
-            self.snapshot, self.health(pods), self.options.hostname, self.backend.name
-        )
-        if self.snapshot is not None and self.plan is not None:
-            attribution = (self._attribution(self.snapshot, pods) if pods is not None
-                           else EMPTY_ATTRIBUTION)
-            families = dcgm_families(self.snapshot, self.plan, self.options.hostname,
-                                     attribution, self.options.virtual_gpus)
-            if pods is not None:
-                own.append(allocation_family(self.snapshot, attribution))
-        if pods is not None:
-            own += kubelet_families(pods, self.options.extra_resources)
-        return Exposition.from_families(families, self._own.render(own))
+        """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
+        prometheus_client for the exporter's own."""
+        joined: CycleOutputs = compose(self._inputs(), self._join)
+        own = self_families(self.snapshot, self.health(), self.options.hostname,
+                            self.backend.name)
+        if joined.attribution is not None:
+            self._log_unmatched(joined.attribution)
+            if self.snapshot is not None:
+                own.append(allocation_family(self.snapshot, joined.attribution))
+        for source in self.sources:
+            own += source.families()
+        self.document = joined.document
+        return Exposition.from_families(joined.families, self._own.render(own))
 
     # -- backend lifecycle ---------------------------------------------------------------
     @property
@@ -182,28 +205,37 @@ class Collector:
                  len(plan.metrics), len(plan.label_fields), self.backend.name)
 
     async def collect_once(self) -> None:
-        """One pass: NVML on its thread and the kubelet's `List` concurrently, one render."""
+        """One pass: NVML on its thread and the concurrent sources (the kubelet's `List`)
+        together, then the sources that need the new GPU snapshot (/proc), one render."""
         assert self.plan is not None
         fields = self.plan.sampled_fields
         started = time.perf_counter()
-        refresh = (asyncio.ensure_future(self.assignments.refresh())
-                   if self.assignments is not None else None)
+        concurrent = [asyncio.ensure_future(s.refresh(self.snapshot))
+                      for s in self.sources if not s.after_gpus]
         try:
             await self._sample(fields, started)
-            if refresh is not None:
-                if not self.ready:  # /ready never waits for the kubelet
-                    self.exposition = self._render()
-                    self.ready = True
-                try:
-                    await refresh  # bounded by the client's deadline
-                except Exception:  # a bug there must not freeze the GPU series
-                    log.exception("pod assignment refresh failed")
-                    self._errors["internal"] += 1
+            if concurrent and not self.ready:  # /ready never waits for the kubelet
+                self.exposition = self._render()
+                self.ready = True
+            for source in self.sources:
+                if source.after_gpus:
+                    await self._refresh(source.refresh(self.snapshot), source.name)
+            for task, source in zip(concurrent, [s for s in self.sources if not s.after_gpus],
+                                    strict=True):
+                await self._refresh(task, source.name)  # bounded by each source's deadline
         finally:
-            if refresh is not None and not refresh.done():
-                refresh.cancel()
+            for task in concurrent:
+                if not task.done():
+                    task.cancel()
         self.exposition = self._render()
         self.ready = True
+
+    async def _refresh(self, refresh: Awaitable[None], name: str) -> None:
+        try:
+            await refresh
+        except Exception:  # a bug in one source must not freeze the GPU series
+            log.exception("%s refresh failed", name)
+            self._errors["internal"] += 1
 
     async def _sample(self, fields: frozenset[str], started: float) -> None:
         snapshot = await self._call(lambda: self.backend.sample(fields))
@@ -243,9 +275,12 @@ class Collector:
         await self.open_backend()
 
     async def run(self) -> None:
-        """Open the backend, then collect at a fixed rate, skipping slots a slow pass missed."""
+        """Start the sources, open the backend, then collect at a fixed rate, skipping slots a
+        slow pass missed."""
         self.running = True
         try:
+            for source in self.sources:
+                await source.start()
             await self.open_backend()
             interval = self.options.interval_seconds
             next_due = time.monotonic()
@@ -266,8 +301,8 @@ class Collector:
                 await asyncio.sleep(next_due - now)
         finally:
             self.running = False
-            if self.assignments is not None:
-                await self.assignments.close()
+            for source in self.sources:
+                await source.close()
             if self._call_started is None:
                 await asyncio.get_running_loop().run_in_executor(
                     self._executor, self.backend.close)

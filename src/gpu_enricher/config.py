@@ -6,6 +6,8 @@ from typing import Final
 
 BUILTIN_SCENARIO: Final = "builtin"
 DEFAULT_KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_PROC_ROOT: Final = Path("/proc")
+DEFAULT_KUBELET_LOG_ROOT: Final = Path("/var/log")
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +25,26 @@ class Config:
     gpu_id_type: str = "uid"  # dcgm-exporter's flag; both ID families are recognised anyway
     extra_resources: frozenset[str] = frozenset()  # --nvidia-resource-names
     virtual_gpus: bool = False
+    process_metrics: bool = False  # per-process GPU metrics, attributed to pods via /proc
+    proc_root: Path = DEFAULT_PROC_ROOT  # the host's /proc (hostPID, or mounted read-only)
+    kubelet_log_root: Path = DEFAULT_KUBELET_LOG_ROOT  # names without the API server
+    pod_labels: bool = False  # --kubernetes-enable-pod-labels
+    pod_label_allowlist: tuple[str, ...] = ()  # regexes; empty: every label
+    pod_uid: bool = False  # --kubernetes-enable-pod-uid
+    kubeconfig: Path | None = None  # else in-cluster, else $KUBECONFIG
+    node_name: str = ""  # this node, for the Kubernetes API's field selector
+    kube_api_url: str | None = None  # set by the simulated node: its fake API server
+
+    @property
+    def kube_api(self) -> bool:
+        """Whether pod metadata is read from the Kubernetes API."""
+        return self.process_metrics or self.pod_labels or self.pod_uid
+
+    @property
+    def reads_proc(self) -> bool:
+        """Per-process attribution: for process metrics and for splitting a shared GPU's
+        memory and utilisation per pod (virtual GPUs)."""
+        return self.process_metrics or (self.virtual_gpus and self.kubernetes)
 
     @property
     def interval_seconds(self) -> float:

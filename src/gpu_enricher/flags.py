@@ -72,6 +72,17 @@ def parse_names(text: str) -> frozenset[str]:
     return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
+def parse_regexes(text: str) -> tuple[str, ...]:
+    """dcgm-exporter's comma-separated allowlist; each must compile."""
+    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return patterns
+
+
 def parse_log_format(text: str) -> str:
     if text not in ("text", "json"):
         raise UsageError(f"invalid log format {text!r}: expected text or json")
@@ -117,7 +128,30 @@ OPTIONS: Final = (
            "extra resource names to attribute besides nvidia.com/gpu and nvidia.com/mig-*, "
            "comma-separated (e.g. nvidia.com/gpu.shared)", "NAMES"),
     Option("kubernetes-virtual-gpus", None, None,
-           "repeat a shared GPU's series for each pod holding a replica, with a vgpu label"),
+           "repeat a shared GPU's series for each pod holding a replica, with a vgpu label; "
+           "its FB_USED and GPU_UTIL then come from that pod's processes (reads --proc-root)"),
+    Option("kubernetes-enable-pod-labels", None, None,
+           "add each pod's Kubernetes labels to its series (Kubernetes API: get/list/watch "
+           "pods)"),
+    Option("kubernetes-pod-label-allowlist-regex", None, parse_regexes,
+           "comma-separated regexes: only pod labels whose name matches one are added "
+           "(default: all)", "REGEX,..."),
+    Option("kubernetes-enable-pod-uid", None, None,
+           "add a pod_uid label (Kubernetes API: get/list/watch pods)"),
+    Option("process-metrics", None, None,
+           "per-process GPU memory and SM utilisation with each process's pod and container "
+           "(gpu_enricher_process_*, gpu_enricher_pod_*, gpu_enricher_unallocated_process_info); "
+           "needs the host's /proc (--proc-root) and, for names, the Kubernetes API or "
+           "--kubelet-log-root"),
+    Option("proc-root", None, Path,
+           "the host's /proc: hostPID, or the host's /proc mounted read-only (default /proc)",
+           "PATH"),
+    Option("kubelet-log-root", None, Path,
+           "the host's /var/log (its pods/ and containers/ name pods when the Kubernetes API "
+           "cannot; default /var/log)", "PATH"),
+    Option("kubeconfig", None, Path,
+           "kubeconfig for the Kubernetes API outside a cluster (default: in-cluster, else "
+           "$KUBECONFIG)", "PATH"),
 )
 IMPLEMENTED_LONG: Final = frozenset(o.long for o in OPTIONS) | {"simulate"}
 
@@ -190,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gpu-enricher",
         usage=SHORT_USAGE,
-        description="NVIDIA GPU metrics in dcgm-exporter's format, with Kubernetes pod labels.",
+        description="NVIDIA GPU metrics in dcgm-exporter's format, with Kubernetes pod labels.\n"
+                    "`gpu-enricher inspect [--url URL] [--namespace NS] [--pod POD]` prints "
+                    "who holds and who uses\neach GPU, from a running exporter's /api/v1/gpus.",
         epilog=_compat_epilog(width),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         # dcgm-exporter (urfave/cli) takes no abbreviations: `--coll` must not silently mean

@@ -18,12 +18,21 @@ LABEL_CONTAINER: Final = "container"
 LABEL_NAMESPACE: Final = "namespace"
 LABEL_POD: Final = "pod"
 LABEL_VGPU: Final = "vgpu"
+LABEL_POD_UID: Final = "pod_uid"
+LABEL_PID: Final = "pid"
+LABEL_PROCESS_NAME: Final = "process_name"
+POD_LABEL_PREFIX: Final = "pod_label_"
 
 # Order: identity, MIG instance (only on instance series), Hostname, label-type fields
-# (sorted), then the pod labels that later stages append.
+# (sorted), then the attribute labels (container, namespace, pod, pod_uid, vgpu and the pod's
+# own labels) sorted together by name, as dcgm-exporter's template ranges over its map.
 DEVICE_LABELS: Final = (LABEL_GPU, LABEL_UUID, LABEL_PCI_BUS_ID, LABEL_DEVICE, LABEL_MODEL_NAME)
 INSTANCE_LABELS: Final = (LABEL_GPU_I_PROFILE, LABEL_GPU_I_ID)
 POD_LABELS: Final = (LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD)
+RESERVED_LABELS: Final = frozenset({
+    *DEVICE_LABELS, *INSTANCE_LABELS, LABEL_HOSTNAME, *POD_LABELS, LABEL_VGPU, LABEL_POD_UID,
+    LABEL_PID, LABEL_PROCESS_NAME,
+})
 
 SELF_PREFIX: Final = "gpu_enricher_"
 

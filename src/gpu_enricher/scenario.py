@@ -8,6 +8,7 @@ import difflib
 import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,6 +29,10 @@ class SimProcess:
     pid: int
     used_memory_mib: int
     gpu_instance_id: int | None = None
+    name: str = "python"
+    pod: tuple[str, str] | None = None  # (namespace, pod); None: a host process
+    container: str | None = None
+    sm_utilization: Range = (0.0, 0.0)  # ratio 0..1
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +75,24 @@ def has_gpm(model: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class SimPod:
+    """A pod's container as the Kubernetes API would describe it (the fake API serves it)."""
+
+    namespace: str
+    pod: str
+    container: str
+    uid: str
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     gpus: tuple[SimGpu, ...]
     seed: int = 1
     driver_version: str = "580.105.08"
     period_seconds: float = 120.0  # one load wave: slow enough to look like real work
     pods: tuple[PodAssignment, ...] = ()  # served by the simulated node's fake kubelet
+    pod_specs: tuple[SimPod, ...] = ()  # every pod container, with or without devices
 
     def allocatable(self) -> tuple[AllocatableDevices, ...]:
         """What the fake kubelet reports as allocatable: every GPU (its replicas when pods
@@ -129,10 +146,12 @@ _GPU_KEYS: Final = frozenset({
 
 
 _POD_KEYS: Final = frozenset({
-    "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids",
+    "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids", "uid",
+    "labels",
 })
 _INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
-_PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi"})
+_PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod", "container",
+                                  "sm_utilization"})
 _TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods"})
 
 
@@ -205,10 +224,24 @@ def _process(raw: Any, where: str) -> SimProcess:
     spec = _mapping(raw, where)
     _check_keys(spec, _PROCESS_KEYS, where)
     gi = spec.get("gi")
+    pod_ref = spec.get("pod")
+    pod: tuple[str, str] | None = None
+    if pod_ref is not None:
+        namespace, slash, name = str(pod_ref).partition("/")
+        if not slash or not namespace or not name:
+            raise ScenarioError(f"{where}.pod: expected NAMESPACE/POD, got {pod_ref!r}")
+        pod = (namespace, name)
+    sm = _range(spec.get("sm_utilization", 0), f"{where}.sm_utilization")
+    if sm[1] > 1:
+        raise ScenarioError(f"{where}.sm_utilization: a ratio from 0 to 1, got {sm[1]}")
     return SimProcess(
         pid=_int(spec.get("pid"), f"{where}.pid"),
         used_memory_mib=_int(spec.get("used_memory_mib", 0), f"{where}.used_memory_mib"),
         gpu_instance_id=None if gi is None else _int(gi, f"{where}.gi"),
+        name=str(spec.get("name") or "python")[:15],  # comm holds 15 characters
+        pod=pod,
+        container=None if spec.get("container") is None else str(spec["container"]),
+        sm_utilization=sm,
     )
 
 
@@ -243,6 +276,38 @@ def _pod(raw: Any, gpus: tuple[SimGpu, ...], where: str) -> PodAssignment:
                          str(spec.get("resource") or default_resource), tuple(device_ids))
 
 
+def pod_uid(namespace: str, pod: str) -> str:
+    """A simulated pod's UID, stable across runs."""
+    d = hashlib.sha256(f"pod:{namespace}/{pod}".encode()).hexdigest()
+    return f"{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:32]}"
+
+
+def _pod_spec(raw: Any, where: str) -> SimPod:
+    spec = _mapping(raw, where)
+    labels = _mapping(spec.get("labels") or {}, f"{where}.labels")
+    uid = spec.get("uid") or pod_uid(spec["namespace"], spec["pod"])
+    return SimPod(spec["namespace"], spec["pod"], spec["container"], str(uid),
+                  {str(k): str(v) for k, v in labels.items()})
+
+
+def _check_process_pods(gpus: tuple[SimGpu, ...], pods: tuple[SimPod, ...], path: str) -> None:
+    """A process names a pod (and container) of `pods:`; an unknown one is an error."""
+    containers: dict[tuple[str, str], list[str]] = {}
+    for pod in pods:
+        containers.setdefault((pod.namespace, pod.pod), []).append(pod.container)
+    for gpu in gpus:
+        for n, proc in enumerate(gpu.processes):
+            where = f"{path}: gpus[{gpu.index}].processes[{n}]"
+            if proc.pod is None:
+                continue
+            known = containers.get(proc.pod)
+            if known is None:
+                raise ScenarioError(f"{where}.pod: no pod {'/'.join(proc.pod)} in pods:")
+            if proc.container is not None and proc.container not in known:
+                raise ScenarioError(f"{where}.container: pod {'/'.join(proc.pod)} has no "
+                                    f"container {proc.container!r}; it has {', '.join(known)}")
+
+
 def parse_scenario(raw: Any, path: str) -> Scenario:
     top = _mapping(raw, path)
     _check_keys(top, _TOP_KEYS, path)  # first: a misspelt `gpus` is named, not "missing"
@@ -254,13 +319,17 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
     period = _range(top.get("period_seconds", 120), f"{path}: period_seconds")[0]
     if period <= 0:
         raise ScenarioError(f"{path}: period_seconds: must be positive")
-    pods = tuple(_pod(p, gpus, f"{path}: pods[{i}]") for i, p in enumerate(top.get("pods") or []))
+    pods_raw = list(top.get("pods") or [])
+    pods = tuple(_pod(p, gpus, f"{path}: pods[{i}]") for i, p in enumerate(pods_raw))
+    specs = tuple(_pod_spec(p, f"{path}: pods[{i}]") for i, p in enumerate(pods_raw))
+    _check_process_pods(gpus, specs, path)
     return Scenario(
         gpus=gpus,
         seed=seed,
         driver_version=str(top.get("driver_version", "580.105.08")),
         period_seconds=period,
-        pods=pods,
+        pods=tuple(p for p in pods if p.device_ids),  # the kubelet lists devices
+        pod_specs=specs,
     )
 
 
@@ -279,50 +348,6 @@ def load_scenario(path: Path) -> Scenario:
     return parse_scenario(raw, str(path))
 
 
-BUILTIN_SCENARIO: Final = """
-# The built-in demo node: an H100 at work, two A100s (one in MIG mode), one idle GPU.
-seed: 7
-gpus:
-  - model: NVIDIA H100 80GB HBM3
-    utilization: [55, 98]
-    memory_used_mib: [52000, 71000]
-    power_watts: [310, 640]
-    temperature: [52, 74]
-    sm_clock_mhz: [1755, 1980]
-    processes: [{pid: 4101, used_memory_mib: 61440}]
-  - model: NVIDIA A100-SXM4-80GB
-    utilization: [20, 60]
-    memory_used_mib: [18000, 30000]
-    power_watts: [140, 290]
-    temperature: [40, 58]
-    sm_clock_mhz: [1275, 1410]
-    processes: [{pid: 4202, used_memory_mib: 24576}, {pid: 4203, used_memory_mib: 2048}]
-  - model: NVIDIA A100-SXM4-80GB
-    power_watts: [90, 160]
-    temperature: [36, 49]
-    sm_clock_mhz: [1410, 1410]
-    mig:
-      - {gi: 1, profile: 3g.40gb, memory_mib: 40192, memory_used_mib: [8000, 30000],
-         activity: [0.3, 0.9]}
-      - {gi: 2, profile: 2g.20gb, memory_mib: 19968, memory_used_mib: [1000, 4000],
-         activity: [0.05, 0.25]}
-      - {gi: 5, profile: 1g.10gb, memory_mib: 9856, memory_used_mib: 0, activity: 0}
-    processes: [{pid: 4301, used_memory_mib: 20480, gi: 1}]
-  - model: NVIDIA L4
-    memory_mib: 23034
-    power_watts: [15, 17]
-    temperature: [28, 31]
-    sm_clock_mhz: 210
-    mem_clock_mhz: 405
-# Served by the fake kubelet: a held GPU, a time-sliced GPU with two pods, a held MIG
-# instance; the L4 and the other two MIG instances are free.
-pods:
-  - {namespace: ml, pod: llm-trainer-0, container: pytorch, gpus: [0]}
-  - {namespace: inference, pod: chat-7d9f-abcde, container: server, gpus: [1], replica: 0}
-  - {namespace: inference, pod: embed-5c4b-xyz12, container: server, gpus: [1], replica: 1}
-  - {namespace: research, pod: notebook-alice, container: jupyter, mig: [[2, 1]]}
-"""
-
-
 def builtin_scenario() -> Scenario:
-    return parse_scenario(yaml.safe_load(BUILTIN_SCENARIO), "<built-in scenario>")
+    text = resources.files("gpu_enricher").joinpath("builtin-scenario.yaml").read_text("utf-8")
+    return parse_scenario(yaml.safe_load(text), "<built-in scenario>")

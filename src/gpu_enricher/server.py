@@ -9,6 +9,7 @@ from aiohttp import web
 
 from . import __version__
 from .collector import Collector
+from .query import encode, filtered
 from .render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
 COLLECTOR_KEY: Final = web.AppKey("collector", Collector)
@@ -67,6 +68,19 @@ async def handle_ready(request: web.Request) -> web.Response:
     return web.Response(status=503, text=f"not ready: {collector.not_ready_reason}\n")
 
 
+async def handle_gpus(request: web.Request) -> web.Response:
+    """Every GPU and MIG instance with its holders and processes, from the last pass;
+    `?namespace=&pod=` keeps the pod's GPUs. Never touches a source."""
+    collector = request.app[COLLECTOR_KEY]
+    if collector.snapshot is None:
+        return web.json_response({"error": f"not ready: {collector.not_ready_reason}"},
+                                 status=503)
+    query = request.query
+    document = filtered(collector.document, query.get("namespace") or None,
+                        query.get("pod") or None)
+    return web.Response(body=encode(document), content_type="application/json")
+
+
 async def handle_index(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR_KEY]
     state = "ready" if collector.ready else "not ready"
@@ -79,6 +93,7 @@ async def handle_index(request: web.Request) -> web.Response:
 <li><a href="metrics">/metrics</a>: GPU metrics in dcgm-exporter's format</li>
 <li><a href="health">/health</a>: liveness</li>
 <li><a href="ready">/ready</a>: readiness (first collection pass done)</li>
+<li><a href="api/v1/gpus">/api/v1/gpus</a>: who holds and who uses each GPU (JSON)</li>
 </ul>
 </body></html>
 """
@@ -92,6 +107,7 @@ def build_app(collector: Collector) -> web.Application:
     app.router.add_get("/health", handle_health)
     app.router.add_get("/healthz", handle_health)
     app.router.add_get("/ready", handle_ready)
+    app.router.add_get("/api/v1/gpus", handle_gpus)
     app.router.add_get("/", handle_index)
     return app
 

@@ -118,7 +118,10 @@ class SimulatedBackend:
         }
         instances = tuple(self._instance(gpu, inst, t, fields) for inst in gpu.instances)
         processes = tuple(
-            ProcessSample(p.pid, p.used_memory_mib * MIB, p.gpu_instance_id)
+            ProcessSample(p.pid, p.used_memory_mib * MIB, p.gpu_instance_id,
+                          round(self._within(p.sm_utilization, self._load(t, "pid", p.pid)), 4),
+                          round(0.4 * self._within(p.sm_utilization,
+                                                   self._load(t, "pid", p.pid)), 4))
             for p in gpu.processes
         )
         return GpuSnapshot(

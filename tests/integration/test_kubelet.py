@@ -19,7 +19,7 @@ from gpu_enricher.counters import parse_counters
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.fake_server import FakeKubelet
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
-from gpu_enricher.model import AllocatableDevices, PodAssignment
+from gpu_enricher.model import AllocatableDevices, NodeSnapshot, PodAssignment
 from gpu_enricher.nvml import NvmlBackend
 from gpu_enricher.scenario import builtin_scenario, mig_uuid
 from gpu_enricher.simulated import SimulatedBackend
@@ -361,7 +361,7 @@ async def test_scrapes_never_call_the_kubelet(kubelet: FakeKubelet) -> None:
 class BrokenSource(KubeletSource):
     """An assignment source with a bug: refresh raises something unexpected."""
 
-    async def refresh(self) -> None:
+    async def refresh(self, gpus: NodeSnapshot | None = None) -> None:
         raise RuntimeError("bug in the assignment source")
 
 

@@ -51,11 +51,31 @@ def test_dcgm_manifest_env_and_flags_are_accepted() -> None:
     assert config.kubernetes and config.gpu_id_type == "device-name" and config.virtual_gpus
     assert config.kubelet_socket == Path("/var/snap/microk8s/kubelet.sock")
     assert config.extra_resources == {"nvidia.com/gpu.shared", "nvidia.com/a100"}
+    assert config.pod_uid and config.kube_api, "pod UIDs come from the Kubernetes API"
     joined = "\n".join(warnings)
     assert "--web-config-file='/etc/web.yaml'" in joined
-    assert "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID='true'" in joined
+    assert "POD_UID" not in joined, "implemented: no warning"
     assert "devices" not in joined, "-d f is dcgm-exporter's default: nothing to warn about"
-    assert len(warnings) == 2
+    assert len(warnings) == 1
+
+
+def test_process_and_pod_label_flags() -> None:
+    config, warnings = parse_config(
+        ["--process-metrics", "--proc-root", "/host/proc", "--kubeconfig", "/k/config",
+         "--kubernetes-enable-pod-labels", "--kubernetes-pod-label-allowlist-regex",
+         "^app$, team"], {"NODE_NAME": "gpu-node-7", "GPU_ENRICHER_KUBELET_LOG_ROOT": "/host/log"})
+    assert not warnings
+    assert config.process_metrics and config.reads_proc and config.kube_api
+    assert config.proc_root == Path("/host/proc")
+    assert config.kubelet_log_root == Path("/host/log")
+    assert config.kubeconfig == Path("/k/config")
+    assert config.pod_labels and not config.pod_uid
+    assert config.pod_label_allowlist == ("^app$", "team")
+    assert config.node_name == "gpu-node-7"
+    plain, _ = parse_config([], {})
+    assert not plain.kube_api and not plain.reads_proc, "nothing reads the API or /proc unasked"
+    with pytest.raises(UsageError, match="invalid regular expression '\\('"):
+        parse_config(["--kubernetes-pod-label-allowlist-regex", "("], {})
 
 
 def test_every_dcgm_flag_is_accepted_and_documented() -> None:
@@ -220,7 +240,7 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     assert compat, out
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
-    assert len(ignored) == 37
+    assert len(ignored) == 34  # 3 pod-label flags implemented since issue 10
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long

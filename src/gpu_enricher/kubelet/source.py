@@ -14,7 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from ..model import AllocatableDevices, AssignmentSnapshot, PodAssignment
+from prometheus_client.metrics_core import Metric
+
+from ..model import (
+    AllocatableDevices,
+    AssignmentSnapshot,
+    NodeSnapshot,
+    PodAssignment,
+    SourceHealth,
+)
+from ..selfmetrics import kubelet_families
 from .client import SOCKET_MISSING, KubeletError, PodResourcesClient
 
 log = logging.getLogger(__name__)
@@ -31,7 +40,10 @@ class KubeletOptions:
 
 
 class KubeletSource:
+    """A `Source[AssignmentSnapshot]`: refreshed concurrently with the GPU pass."""
+
     name = SOURCE
+    after_gpus = False
 
     def __init__(self, client: PodResourcesClient, options: KubeletOptions,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -54,7 +66,10 @@ class KubeletSource:
         self.last_duration: float | None = None
         self.last_success_wall: float | None = None
 
-    async def refresh(self) -> None:
+    async def start(self) -> None:
+        """Nothing runs in the background: one `List` per cycle."""
+
+    async def refresh(self, gpus: NodeSnapshot | None = None) -> None:
         """One attempt (skipped while backing off after failures); never raises."""
         now = self._clock()
         if now < self._retry_at:
@@ -118,6 +133,14 @@ class KubeletSource:
         pod_age = {pod: self._lists - first for pod, first in self._first_list.items()}
         return AssignmentSnapshot(self._assignments, age, self._up, self._allocatable, self._api,
                                   pod_age)
+
+    def health(self) -> SourceHealth:
+        return SourceHealth(up=self._up, collections=self.collections, errors=dict(self.errors),
+                            last_duration_seconds=self.last_duration,
+                            last_success_timestamp=self.last_success_wall)
+
+    def families(self) -> list[Metric]:
+        return kubelet_families(self.snapshot(), self.options.extra_resources)
 
     async def close(self) -> None:
         await self.client.close()
