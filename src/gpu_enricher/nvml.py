@@ -1,4 +1,5 @@
-"""The NVML backend (with `nvml_device.py` and `nvml_gpm.py`, the only pynvml importers).
+"""The NVML backend (with `nvml_device.py`, `nvml_gpm.py`, `nvml_processes.py`: the only
+pynvml importers).
 
 Every call here is blocking and runs on the collector's single NVML thread. Failures are
 recorded, never raised: `NOT_SUPPORTED` removes one series (and is remembered, so the call
@@ -23,6 +24,7 @@ from .nvml_device import (
     text,
 )
 from .nvml_gpm import GpmSampler, SampleKey, device_supports_gpm
+from .nvml_processes import InstanceProcesses, ProcessReader, running_processes
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ class NvmlBackend:
         self._gpm = GpmSampler()
         self._gpm_devices: dict[str, bool] = {}  # UUID → supports GPM
         self._mig_modes: dict[str, bool] = {}  # UUID → MIG mode seen last pass
+        self._processes = ProcessReader()
         self._open = False
 
     def open(self) -> None:
@@ -59,6 +62,7 @@ class NvmlBackend:
         self._open = True
         self._system.clear()
         self._gpm_devices.clear()
+        self._processes.clear()  # a new NVML session: ask for its whole sample history
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
@@ -153,12 +157,13 @@ class NvmlBackend:
                 if value is not None:
                     values[spec.name] = value
             mig_enabled = self._mig_enabled(reader, handle, ident.uuid)
+            by_instance: InstanceProcesses = {}  # filled by the MIG handles, for attribution
             instances = (
-                self._safe_instances(handle, ident.uuid, specs, errors, index)
+                self._safe_instances(handle, ident.uuid, specs, errors, index, by_instance)
                 if mig_enabled
                 else ()
             )
-            processes = reader.processes()
+            processes = self._processes.read(reader, handle, ident.uuid, by_instance)
         except GpuFailed as exc:
             return self._failed(index, exc.reason, str(exc), errors)
         return GpuSnapshot(ident, True, None, values, mig_enabled, instances, processes)
@@ -201,9 +206,10 @@ class NvmlBackend:
         return enabled
 
     def _safe_instances(self, parent: Any, parent_uuid: str, specs: list[FieldSpec],
-                        errors: list[SampleError], index: int) -> tuple[GpuInstance, ...]:
+                        errors: list[SampleError], index: int,
+                        by_instance: InstanceProcesses) -> tuple[GpuInstance, ...]:
         try:
-            return self._instances(parent, parent_uuid, specs, errors, index)
+            return self._instances(parent, parent_uuid, specs, errors, index, by_instance)
         except pynvml.NVMLError as exc:
             if exc.value in GPU_FATAL:
                 raise GpuFailed(exc) from None
@@ -211,7 +217,8 @@ class NvmlBackend:
             return ()
 
     def _instances(self, parent: Any, parent_uuid: str, specs: list[FieldSpec],
-                   errors: list[SampleError], index: int) -> tuple[GpuInstance, ...]:
+                   errors: list[SampleError], index: int,
+                   by_instance: InstanceProcesses) -> tuple[GpuInstance, ...]:
         """Enumerated every pass, so a MIG reconfiguration shows up without a restart."""
         instance_specs = [s for s in specs if s.mig is MigScope.INSTANCE]
         by_gi: dict[int, GpuInstance] = {}
@@ -232,6 +239,7 @@ class NvmlBackend:
             reader = DeviceReader(self, mig, mig_uuid, errors, index)
             reader.gpm = self._gpm_metrics(parent, (parent_uuid, gi), instance_specs, errors, index)
             values = {s.name: v for s in instance_specs if (v := reader.read(s)) is not None}
+            by_instance[gi] = running_processes(reader, mig)
             profile = self._profile_name(parent, parent_uuid, gi, errors, index)
             by_gi[gi] = GpuInstance(gi, ci, profile, mig_uuid, values)
         return tuple(by_gi[gi] for gi in sorted(by_gi))

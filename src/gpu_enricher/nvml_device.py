@@ -1,7 +1,7 @@
 """Reading one NVML device handle: sources, per-call error handling, NVML error names.
 
-Part of the NVML backend (with `nvml.py` and `nvml_gpm.py`, the only importers of pynvml);
-runs only on the NVML thread.
+Part of the NVML backend (with `nvml.py`, `nvml_gpm.py` and `nvml_processes.py`, the only
+importers of pynvml); runs only on the NVML thread.
 """
 
 from collections.abc import Callable, Iterable
@@ -10,7 +10,7 @@ from typing import Any, Final, Protocol
 import pynvml
 
 from .fields import DeviceCall, FieldSpec, MemoryInfo, NvmlFieldValue, Source, SystemCall
-from .model import FieldValue, ProcessSample, SampleError
+from .model import FieldValue, SampleError
 
 SOURCE: Final = "nvml"
 
@@ -170,16 +170,3 @@ class DeviceReader:
             self.prefetch_field_values([field_id])
         assert self._field_values is not None
         return self._field_values.get(field_id)
-
-    def processes(self) -> tuple[ProcessSample, ...]:
-        procs = self.call(
-            "processes", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
-        )
-        return tuple(
-            ProcessSample(
-                pid=int(p.pid),
-                used_memory_bytes=p.usedGpuMemory,
-                gpu_instance_id=None if p.gpuInstanceId == 0xFFFFFFFF else p.gpuInstanceId,
-            )
-            for p in procs or ()
-        )

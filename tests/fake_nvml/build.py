@@ -9,7 +9,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 SOURCE = Path(__file__).resolve().with_name("fake_nvml.c")
 LIBRARY_NAME = "libnvidia-ml.so.1"
@@ -21,6 +23,40 @@ CFLAGS: tuple[str, ...] = (
     f"-Wl,-soname,{LIBRARY_NAME}",
 )
 LIBS: tuple[str, ...] = ("-lpthread",)
+
+
+@dataclass(frozen=True)
+class FakeProcess:
+    """One process on a fake GPU (see FAKE_NVML_PROCESSES in README.md)."""
+
+    pid: int
+    used_mib: int | None = 256
+    """None: NVML reports NVML_VALUE_NOT_AVAILABLE (pynvml turns it into None)."""
+    gpu_instance_id: int | None = None
+    """The MIG GPU instance it runs in (reported only while the GPU is in MIG mode)."""
+    sm_percent: int | None = None
+    """None: nvmlDeviceGetProcessUtilization has no sample for it."""
+    mem_percent: int | None = None
+    kind: Literal["c", "g", "b"] = "c"
+    """c: compute list, g: graphics list, b: both."""
+    hide_gi: bool = False
+    """The parent GPU's lists report gpuInstanceId 0xFFFFFFFF (its MIG handle still lists it)."""
+
+    def spec(self) -> str:
+        def opt(v: int | None) -> str:
+            return "" if v is None else str(v)
+
+        gi = opt(self.gpu_instance_id)
+        if self.hide_gi:
+            if self.gpu_instance_id is None:
+                raise ValueError(f"pid {self.pid}: hide_gi needs a gpu_instance_id")
+            gi = f"~{gi}"
+        used = "-" if self.used_mib is None else str(self.used_mib)
+        return (f"{self.pid}:{used}:{gi}:{opt(self.sm_percent)}:"
+                f"{opt(self.mem_percent)}:{self.kind}")
+
+
+ProcessSpec = FakeProcess | tuple[object, ...]
 
 
 def _digest(source: bytes) -> str:
@@ -117,6 +153,14 @@ class FakeNvml:
         lib.fake_nvml_set_not_supported.restype = None
         lib.fake_nvml_set_mig.argtypes = [ctypes.c_uint, ctypes.c_char_p]
         lib.fake_nvml_set_mig.restype = ctypes.c_int
+        lib.fake_nvml_set_processes.argtypes = [ctypes.c_uint, ctypes.c_char_p]
+        lib.fake_nvml_set_processes.restype = ctypes.c_int
+        lib.fake_nvml_proc_util_stamps.argtypes = [
+            ctypes.c_uint,
+            ctypes.POINTER(ctypes.c_ulonglong),
+            ctypes.POINTER(ctypes.c_ulonglong),
+        ]
+        lib.fake_nvml_proc_util_stamps.restype = None
         lib.fake_nvml_calls.argtypes = [ctypes.c_char_p]
         lib.fake_nvml_calls.restype = ctypes.c_ulonglong
         lib.fake_nvml_total_calls.argtypes = []
@@ -187,6 +231,37 @@ class FakeNvml:
             err = self.lib.fake_nvml_last_error()
             msg = err.decode() if isinstance(err, bytes) else "bad spec"
             raise ValueError(f"fake_nvml: {msg}")
+
+    def set_processes(self, index: int,
+                      processes: str | Sequence[ProcessSpec] | None) -> None:
+        """Set GPU ``index``'s processes; None goes back to FAKE_NVML_PROCESSES or the default.
+
+        Entries are ``FakeProcess`` or tuples of its fields in order
+        ``(pid, used_mib, gpu_instance_id, sm_percent, mem_percent, kind, hide_gi)``
+        (trailing ones optional); a string is the FAKE_NVML_PROCESSES list after ``i=``.
+        An empty list means no processes.
+        """
+        if processes is None:
+            raw: bytes | None = None
+        elif isinstance(processes, str):
+            raw = processes.encode()
+        else:
+            procs = [p if isinstance(p, FakeProcess) else FakeProcess(*p)  # type: ignore[arg-type]
+                     for p in processes]
+            raw = ",".join(p.spec() for p in procs).encode()
+        if self.lib.fake_nvml_set_processes(self._index(index), raw) != 0:
+            err = self.lib.fake_nvml_last_error()
+            msg = err.decode() if isinstance(err, bytes) else "bad spec"
+            raise ValueError(f"fake_nvml: {msg}")
+
+    def proc_util_stamps(self, index: int) -> tuple[int, int]:
+        """GPU ``index``'s last nvmlDeviceGetProcessUtilization call: the
+        lastSeenTimeStamp it was given and the newest sample timestamp it
+        returned (0 when none since the last reset)."""
+        seen, newest = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+        self.lib.fake_nvml_proc_util_stamps(self._index(index), ctypes.byref(seen),
+                                            ctypes.byref(newest))
+        return int(seen.value), int(newest.value)
 
     def calls(self, symbol: str) -> int:
         """How many times NVML ``symbol`` was called since the last reset."""

@@ -208,6 +208,18 @@ _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t size");
 _Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t size");
 _Static_assert(sizeof(nvmlProcessInfo_v3_t) == 24, "nvmlProcessInfo_v3_t size");
 
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp; /* CPU time, microseconds */
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
+_Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32,
+               "nvmlProcessUtilizationSample_t size");
+
 /* ------------------------------------------------------------------ */
 /* Limits and fixed data                                               */
 /* ------------------------------------------------------------------ */
@@ -215,6 +227,9 @@ _Static_assert(sizeof(nvmlProcessInfo_v3_t) == 24, "nvmlProcessInfo_v3_t size");
 #define MAX_GPUS 64u
 #define MAX_GI_ID 64u         /* gi ids 0..63 */
 #define MAX_MIG_INSTANCES 7u  /* per GPU */
+#define MAX_PROCS 16u         /* configured processes per GPU */
+#define NO_ID 0xFFFFFFFFu     /* gpuInstanceId / computeInstanceId: none */
+#define VALUE_NOT_AVAILABLE_ULL 0xFFFFFFFFFFFFFFFFull
 #define MIB (1024ull * 1024ull)
 
 #define GPU_MEMORY_TOTAL 85899345920ull /* 80 GiB */
@@ -282,6 +297,7 @@ enum ns_key {
     KEY_PROCESSES,
     KEY_SERIAL,
     KEY_VBIOS,
+    KEY_PROC_UTIL,
     KEY_COUNT,
     KEY_NONE = -1
 };
@@ -290,6 +306,7 @@ static const char *const KEY_NAMES[KEY_COUNT] = {
     "util",  "enc",     "dec",         "memory", "memory_v2",
     "power", "energy",  "clock",       "temp",   "memtemp",
     "pcie_replay", "minor", "processes", "serial", "vbios",
+    "proc_util",
 };
 
 static int key_from_name(const char *s, size_t len)
@@ -336,6 +353,7 @@ static int key_from_name(const char *s, size_t len)
     X(nvmlDeviceGetPcieReplayCounter)               \
     X(nvmlDeviceGetComputeRunningProcesses_v3)      \
     X(nvmlDeviceGetGraphicsRunningProcesses_v3)     \
+    X(nvmlDeviceGetProcessUtilization)              \
     X(nvmlDeviceGetMigMode)                         \
     X(nvmlDeviceIsMigDeviceHandle)                  \
     X(nvmlDeviceGetMaxMigDeviceCount)               \
@@ -380,9 +398,28 @@ struct mig_cfg {
     struct gi_cfg gi[MAX_MIG_INSTANCES];
 };
 
+/* Process kinds: the running-process lists a process is in. */
+enum { KIND_COMPUTE = 1u, KIND_GRAPHICS = 2u };
+
+struct proc_cfg {
+    unsigned pid;
+    unsigned long long used;  /* bytes; VALUE_NOT_AVAILABLE_ULL: unknown */
+    unsigned gi;              /* GPU instance it runs in; NO_ID: none */
+    int hide_gi;              /* the parent handle reports NO_ID for it */
+    int sm, mem;              /* utilisation percent; sm -1: no sample */
+    unsigned kinds;           /* KIND_* bits */
+};
+
+struct procs_cfg {
+    int set; /* 0: the built-in default (even GPUs run pid 4000+i) */
+    unsigned n;
+    struct proc_cfg p[MAX_PROCS];
+};
+
 struct config {
     unsigned gpu_count;
     struct mig_cfg mig[MAX_GPUS];
+    struct procs_cfg procs[MAX_GPUS]; /* FAKE_NVML_PROCESSES */
     uint32_t not_supported[MAX_GPUS]; /* bit per enum ns_key */
     unsigned char lost[MAX_GPUS];
     unsigned char gpm[MAX_GPUS]; /* FAKE_NVML_GPM: GPUs that support GPM */
@@ -405,6 +442,12 @@ static uint32_t g_ns_on[MAX_GPUS];
 static uint32_t g_ns_off[MAX_GPUS];
 static unsigned char g_mig_ovr_set[MAX_GPUS];
 static struct mig_cfg g_mig_ovr[MAX_GPUS];
+static struct procs_cfg g_procs_ovr[MAX_GPUS]; /* used when .set */
+
+/* nvmlDeviceGetProcessUtilization bookkeeping, per GPU; cleared by reset. */
+static unsigned long long g_pu_last_seen[MAX_GPUS]; /* lastSeenTimeStamp asked */
+static unsigned long long g_pu_newest[MAX_GPUS];    /* newest stamp returned */
+static unsigned long long g_pu_clock;               /* last sample base stamp */
 
 static unsigned long long g_calls[SYM_COUNT];
 static unsigned long long g_total_calls;
@@ -620,6 +663,126 @@ static int parse_mig(const char *s, struct config *c)
     return 0;
 }
 
+/* Copy the field [s, e) without surrounding blanks into buf; -1 if too long. */
+static int field_text(const char *s, const char *e, char *buf, size_t len)
+{
+    s = skip_ws(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        e--;
+    if ((size_t)(e - s) >= len)
+        return -1;
+    memcpy(buf, s, (size_t)(e - s));
+    buf[e - s] = '\0';
+    return 0;
+}
+
+/* A whole-field unsigned number; "" or "-" gives def (when allowed). */
+static int field_uint(const char *f, unsigned long max, int optional,
+                      unsigned long def, unsigned long *out)
+{
+    if (!*f || strcmp(f, "-") == 0) {
+        *out = def;
+        return optional ? 0 : -1;
+    }
+    const char *e = parse_uint(f, max, out);
+    return e && !*e ? 0 : -1;
+}
+
+/* One process: "PID:MIB[:GI[:SM[:MEM[:KIND]]]]" in [p, end). */
+static int parse_proc(const char *p, const char *end, struct proc_cfg *out)
+{
+    char f[6][32];
+    unsigned nf = 0;
+    for (;;) {
+        const char *colon = memchr(p, ':', (size_t)(end - p));
+        const char *e = colon ? colon : end;
+        if (nf >= 6 || field_text(p, e, f[nf], sizeof f[nf]) != 0)
+            return -1;
+        nf++;
+        if (!colon)
+            break;
+        p = colon + 1;
+    }
+    while (nf < 6)
+        f[nf++][0] = '\0';
+    unsigned long v;
+    if (field_uint(f[0], 0xFFFFFFFEul, 0, 0, &v) != 0)
+        return -1;
+    out->pid = (unsigned)v;
+    if (strcmp(f[1], "-") == 0) {
+        out->used = VALUE_NOT_AVAILABLE_ULL; /* as WDDM or a restricted view */
+    } else {
+        if (field_uint(f[1], 1ul << 30, 0, 0, &v) != 0)
+            return -1;
+        out->used = (unsigned long long)v * MIB;
+    }
+    const char *gi = f[2];
+    out->hide_gi = gi[0] == '~';
+    if (field_uint(gi + out->hide_gi, MAX_GI_ID - 1, !out->hide_gi, NO_ID,
+                   &v) != 0)
+        return -1;
+    out->gi = (unsigned)v;
+    if (field_uint(f[3], 100, 1, (unsigned long)-1, &v) != 0)
+        return -1;
+    out->sm = (int)(long)v;
+    if (field_uint(f[4], 100, 1, (unsigned long)-1, &v) != 0)
+        return -1;
+    out->mem = (int)(long)v;
+    if (!f[5][0] || strcmp(f[5], "c") == 0)
+        out->kinds = KIND_COMPUTE;
+    else if (strcmp(f[5], "g") == 0)
+        out->kinds = KIND_GRAPHICS;
+    else if (strcmp(f[5], "b") == 0)
+        out->kinds = KIND_COMPUTE | KIND_GRAPHICS;
+    else
+        return -1;
+    return 0;
+}
+
+/* Parse "proc,proc" up to end (exclusive) into *pc (set); "" is no processes. */
+static int parse_proc_list(const char *p, const char *end, struct procs_cfg *pc)
+{
+    memset(pc, 0, sizeof *pc);
+    pc->set = 1;
+    p = skip_ws(p);
+    if (p >= end)
+        return 0;
+    for (;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma ? comma : end;
+        if (pc->n >= MAX_PROCS || parse_proc(p, e, &pc->p[pc->n]) != 0)
+            return -1;
+        for (unsigned k = 0; k < pc->n; k++)
+            if (pc->p[k].pid == pc->p[pc->n].pid)
+                return -1; /* one entry per pid: kind b puts it in both lists */
+        pc->n++;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+/* Parse "i=proc,proc;j=" (FAKE_NVML_PROCESSES). */
+static int parse_procs(const char *s, struct config *c)
+{
+    const char *p = s;
+    while (*p) {
+        const char *end = strchr(p, ';');
+        if (!end)
+            end = p + strlen(p);
+        if (*skip_ws(p) && skip_ws(p) < end) {
+            unsigned long g;
+            const char *q = parse_uint(p, MAX_GPUS - 1, &g);
+            if (!q || q >= end || *q != '=')
+                return -1;
+            if (parse_proc_list(q + 1, end, &c->procs[g]) != 0)
+                return -1;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 /* Read all FAKE_NVML_* variables into g_env; -1 (and g_last_error) if bad. */
 static int load_env(void)
 {
@@ -689,6 +852,11 @@ static int load_env(void)
         set_error("bad %s=%s", "FAKE_NVML_MIG", s);
         bad = 1;
     }
+    s = getenv("FAKE_NVML_PROCESSES");
+    if (s && parse_procs(s, &c) != 0) {
+        set_error("bad %s=%s", "FAKE_NVML_PROCESSES", s);
+        bad = 1;
+    }
 
     g_env_loaded = 1;
     g_env_bad = bad;
@@ -737,6 +905,26 @@ static const struct gi_cfg *find_gi(unsigned g, unsigned gi_id)
         if (m->gi[k].gi_id == gi_id)
             return &m->gi[k];
     return NULL;
+}
+
+/* GPU g's processes: the override, FAKE_NVML_PROCESSES, or the default. */
+static const struct procs_cfg *procs_of(unsigned g)
+{
+    static struct procs_cfg def;
+    if (g_procs_ovr[g].set)
+        return &g_procs_ovr[g];
+    if (g_env.procs[g].set)
+        return &g_env.procs[g];
+    memset(&def, 0, sizeof def);
+    if (g % 2u == 0u) {
+        def.n = 1;
+        def.p[0].pid = 4000u + g;
+        def.p[0].used = 256ull * MIB;
+        def.p[0].gi = NO_ID;
+        def.p[0].sm = def.p[0].mem = -1;
+        def.p[0].kinds = KIND_COMPUTE | KIND_GRAPHICS;
+    }
+    return &def;
 }
 
 static const char *gpu_name(unsigned g)
@@ -1466,7 +1654,13 @@ nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device,
     return leave(rc);
 }
 
-static nvmlReturn_t running_processes(enum sym s, nvmlDevice_t device,
+/*
+ * A physical handle lists every process of its kind; in MIG mode with the GPU
+ * instance it runs in (as NVML does for a privileged caller) unless hide_gi.
+ * A MIG handle lists the processes of its GPU instance only.
+ */
+static nvmlReturn_t running_processes(enum sym s, unsigned kind,
+                                      nvmlDevice_t device,
                                       unsigned int *infoCount,
                                       nvmlProcessInfo_v3_t *infos)
 {
@@ -1476,20 +1670,29 @@ static nvmlReturn_t running_processes(enum sym s, nvmlDevice_t device,
         return leave(rc);
     if (!infoCount)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
-    /* Physical GPUs with an even index run one process; MIG handles none. */
-    unsigned n = (!r.is_mig && r.gpu % 2u == 0u) ? 1u : 0u;
+    const struct procs_cfg *pc = procs_of(r.gpu);
+    int mig_on = mig_of(r.gpu)->enabled;
+    nvmlProcessInfo_v3_t out[MAX_PROCS];
+    unsigned n = 0;
+    for (unsigned k = 0; k < pc->n; k++) {
+        const struct proc_cfg *p = &pc->p[k];
+        if (!(p->kinds & kind) || (r.is_mig && p->gi != r.gi->gi_id))
+            continue;
+        unsigned gi = r.is_mig || (mig_on && !p->hide_gi) ? p->gi : NO_ID;
+        out[n].pid = p->pid;
+        out[n].usedGpuMemory = p->used;
+        out[n].gpuInstanceId = gi;
+        out[n].computeInstanceId = gi == NO_ID ? NO_ID : 0u;
+        n++;
+    }
     if (*infoCount < n) {
         *infoCount = n;
         return leave(NVML_ERROR_INSUFFICIENT_SIZE);
     }
     if (n && !infos)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
-    for (unsigned k = 0; k < n; k++) {
-        infos[k].pid = 4000u + r.gpu;
-        infos[k].usedGpuMemory = 256ull * MIB;
-        infos[k].gpuInstanceId = 0xFFFFFFFFu;
-        infos[k].computeInstanceId = 0xFFFFFFFFu;
-    }
+    if (n)
+        memcpy(infos, out, n * sizeof out[0]);
     *infoCount = n;
     return leave(NVML_SUCCESS);
 }
@@ -1498,14 +1701,64 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(
     nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v3_t *infos)
 {
     return running_processes(SYM_nvmlDeviceGetComputeRunningProcesses_v3,
-                             device, infoCount, infos);
+                             KIND_COMPUTE, device, infoCount, infos);
 }
 
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(
     nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v3_t *infos)
 {
     return running_processes(SYM_nvmlDeviceGetGraphicsRunningProcesses_v3,
-                             device, infoCount, infos);
+                             KIND_GRAPHICS, device, infoCount, infos);
+}
+
+/*
+ * Every call takes a fresh sample of each process with an SM percent; the
+ * k-th has timestamp base - k, and base moves past every earlier stamp, so a
+ * caller that passes its newest stamp back gets the new samples only.
+ * No sample newer than lastSeenTimeStamp: NOT_FOUND, as the driver answers.
+ */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(
+    nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+    unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetProcessUtilization, device,
+                                &r, PHYS_ONLY, KEY_PROC_UTIL);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!processSamplesCount)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (mig_of(r.gpu)->enabled)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    g_pu_last_seen[r.gpu] = lastSeenTimeStamp;
+    unsigned long long now = (unsigned long long)now_us();
+    unsigned long long base = g_pu_clock + MAX_PROCS + 1u;
+    g_pu_clock = base = now > base ? now : base;
+    const struct procs_cfg *pc = procs_of(r.gpu);
+    nvmlProcessUtilizationSample_t out[MAX_PROCS];
+    unsigned n = 0;
+    for (unsigned k = 0; k < pc->n; k++) {
+        const struct proc_cfg *p = &pc->p[k];
+        unsigned long long ts = base - k;
+        if (p->sm < 0 || ts <= lastSeenTimeStamp)
+            continue;
+        memset(&out[n], 0, sizeof out[n]);
+        out[n].pid = p->pid;
+        out[n].timeStamp = ts;
+        out[n].smUtil = (unsigned)p->sm;
+        out[n].memUtil = p->mem < 0 ? 0u : (unsigned)p->mem;
+        n++;
+    }
+    if (n == 0)
+        return leave(NVML_ERROR_NOT_FOUND);
+    if (!utilization || *processSamplesCount < n) {
+        *processSamplesCount = n;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    memcpy(utilization, out, n * sizeof out[0]);
+    *processSamplesCount = n;
+    g_pu_newest[r.gpu] = out[0].timeStamp; /* stamps fall with k */
+    return leave(NVML_SUCCESS);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1963,6 +2216,9 @@ void fake_nvml_reset(void)
     memset(g_ns_off, 0, sizeof g_ns_off);
     memset(g_mig_ovr_set, 0, sizeof g_mig_ovr_set);
     memset(g_mig_ovr, 0, sizeof g_mig_ovr);
+    memset(g_procs_ovr, 0, sizeof g_procs_ovr);
+    memset(g_pu_last_seen, 0, sizeof g_pu_last_seen);
+    memset(g_pu_newest, 0, sizeof g_pu_newest);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -2030,6 +2286,41 @@ int fake_nvml_set_mig(unsigned index, const char *spec)
     }
     pthread_mutex_unlock(&g_lock);
     return rc;
+}
+
+/* Set GPU index's processes ("proc,proc" as in FAKE_NVML_PROCESSES after
+ * "i="); NULL drops the override. 0, or -1 with fake_nvml_last_error. */
+int fake_nvml_set_processes(unsigned index, const char *spec)
+{
+    static struct procs_cfg pc; /* large: keep off the stack */
+    int rc = 0;
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    if (index >= MAX_GPUS) {
+        snprintf(g_last_error, sizeof g_last_error,
+                 "set_processes: GPU index %u out of range", index);
+        rc = -1;
+    } else if (!spec) {
+        memset(&g_procs_ovr[index], 0, sizeof g_procs_ovr[index]);
+    } else if (parse_proc_list(spec, spec + strlen(spec), &pc) != 0) {
+        set_error("set_processes: bad spec '%s'", spec);
+        rc = -1;
+    } else {
+        g_procs_ovr[index] = pc;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* GPU index's last nvmlDeviceGetProcessUtilization: the lastSeenTimeStamp it
+ * was given and the newest sample stamp it returned (0: none since reset). */
+void fake_nvml_proc_util_stamps(unsigned index, unsigned long long *last_seen,
+                                unsigned long long *newest)
+{
+    pthread_mutex_lock(&g_lock);
+    *last_seen = index < MAX_GPUS ? g_pu_last_seen[index] : 0;
+    *newest = index < MAX_GPUS ? g_pu_newest[index] : 0;
+    pthread_mutex_unlock(&g_lock);
 }
 
 unsigned long long fake_nvml_calls(const char *symbol)

@@ -23,7 +23,7 @@ if not __package__:
 
 import pynvml
 
-from tests.fake_nvml.build import FakeNvml, build_fake_nvml
+from tests.fake_nvml.build import FakeNvml, FakeProcess, build_fake_nvml
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -63,6 +63,23 @@ def addr(handle: Any) -> int | None:
 
 def bind(call: Callable[[Any], object], arg: Any) -> Callable[[], object]:
     return lambda: call(arg)
+
+
+def proc_util_or_none(h: Any, last_seen: int = 0) -> object:
+    """Process utilization, None for NOT_FOUND (no samples is an answer, not a failure)."""
+    try:
+        return pynvml.nvmlDeviceGetProcessUtilization(h, last_seen)
+    except pynvml.NVMLError_NotFound:
+        return None
+
+
+def procs(call: Callable[[Any], Any], h: Any) -> list[tuple[int, int | None, int, int]]:
+    return [(p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId) for p in call(h)]
+
+
+def util_samples(h: Any, last_seen: int) -> list[tuple[int, int, int]]:
+    return [(u.pid, u.smUtil, u.memUtil) for u in
+            pynvml.nvmlDeviceGetProcessUtilization(h, last_seen)]
 
 
 def set_env(**values: str) -> None:
@@ -197,6 +214,11 @@ def check_gpu(i: int) -> None:
             [(p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId) for p in procs],
             [(4000 + i, 256 * MIB, 0xFFFFFFFF, 0xFFFFFFFF)] if i % 2 == 0 else [],
         )
+    expect_error(
+        "nvmlDeviceGetProcessUtilization (default: no samples)",
+        pynvml.NVMLError_NotFound,
+        lambda: pynvml.nvmlDeviceGetProcessUtilization(h, 0),
+    )
     expect("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode(h), [0, 0])
     expect("nvmlDeviceIsMigDeviceHandle", pynvml.nvmlDeviceIsMigDeviceHandle(h).value, 0)
     expect("nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount(h), 0)
@@ -323,6 +345,7 @@ def check_not_supported_keys(fake: FakeNvml) -> None:
         "processes": lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
         "serial": lambda: pynvml.nvmlDeviceGetSerial(h),
         "vbios": lambda: pynvml.nvmlDeviceGetVbiosVersion(h),
+        "proc_util": lambda: proc_util_or_none(h),
     }
     expect("keys cover all probes + memtemp", sorted(fake.keys), sorted([*probes, "memtemp"]))
     for key, probe in probes.items():
@@ -455,6 +478,11 @@ def check_env_config(fake: FakeNvml) -> None:
             pynvml.nvmlDeviceGetComputeRunningProcesses(mig),
             [],
         )
+        expect_error(
+            f"gi {gi}: nvmlDeviceGetProcessUtilization",
+            pynvml.NVMLError_NotSupported,
+            lambda: pynvml.nvmlDeviceGetProcessUtilization(mig, 0),  # noqa: B023
+        )
         for label, call in [
             ("nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates),
             ("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage),
@@ -468,6 +496,12 @@ def check_env_config(fake: FakeNvml) -> None:
         "nvmlDeviceGetMigDeviceHandleByIndex(MIG handle, 0)",
         pynvml.NVMLError_InvalidArgument,
         lambda: pynvml.nvmlDeviceGetMigDeviceHandleByIndex(migs[0], 0),
+    )
+
+    expect_error(
+        "nvmlDeviceGetProcessUtilization on a GPU in MIG mode",
+        pynvml.NVMLError_NotSupported,
+        lambda: pynvml.nvmlDeviceGetProcessUtilization(parent, 0),
     )
 
     section("GPU 1 GPU instances and profiles")
@@ -605,6 +639,108 @@ def check_env_config(fake: FakeNvml) -> None:
     )
 
 
+def check_processes(fake: FakeNvml) -> None:
+    section("processes: FAKE_NVML_PROCESSES, kinds, MIG attribution, utilization")
+    set_env(
+        GPU_COUNT="3",
+        MIG="2=1:9,2:19",
+        PROCESSES="0=100:512::90:30,101:64::::g,102:-::40::b;1=;2=200:10:1,201:20:~2,202:30",
+    )
+    fake.reset()
+    pynvml.nvmlInit()
+    h0, h1, h2 = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(3))
+    none = 0xFFFFFFFF
+    expect(
+        "GPU 0 compute (c, b; '-' MiB -> None)",
+        procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h0),
+        [(100, 512 * MIB, none, none), (102, None, none, none)],
+    )
+    expect(
+        "GPU 0 graphics (g, b)",
+        procs(pynvml.nvmlDeviceGetGraphicsRunningProcesses, h0),
+        [(101, 64 * MIB, none, none), (102, None, none, none)],
+    )
+    expect("GPU 1 (IDX= : none)", procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h1), [])
+    expect(
+        "GPU 2 (MIG) parent: gi 1, ~2 hidden, none",
+        procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h2),
+        [(200, 10 * MIB, 1, 0), (201, 20 * MIB, none, none), (202, 30 * MIB, none, none)],
+    )
+    for k, want in enumerate([[(200, 10 * MIB, 1, 0)], [(201, 20 * MIB, 2, 0)]]):
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h2, k)
+        expect(f"GPU 2 MIG handle {k}: its GI only",
+               procs(pynvml.nvmlDeviceGetComputeRunningProcesses, mig), want)
+    expect_error(
+        "GPU 2 (MIG mode) nvmlDeviceGetProcessUtilization",
+        pynvml.NVMLError_NotSupported,
+        lambda: pynvml.nvmlDeviceGetProcessUtilization(h2, 0),
+    )
+
+    first = pynvml.nvmlDeviceGetProcessUtilization(h0, 0)
+    expect("GPU 0 utilization since 0 (pid, sm, mem; no MEM = 0)",
+           [(u.pid, u.smUtil, u.memUtil) for u in first], [(100, 90, 30), (102, 40, 0)])
+    newest = max(u.timeStamp for u in first)
+    expect("  real-time microsecond stamps, newest first",
+           (newest > 1_600_000_000_000_000, first[0].timeStamp > first[1].timeStamp), (True, True))
+    expect("proc_util_stamps(0) after it", fake.proc_util_stamps(0), (0, newest))
+    second = pynvml.nvmlDeviceGetProcessUtilization(h0, newest)
+    expect("  since the newest stamp: new samples only",
+           all(u.timeStamp > newest for u in second) and len(second) == 2, True)
+    expect("proc_util_stamps(0) now", fake.proc_util_stamps(0)[0], newest)
+    expect_error(
+        "  since a future stamp: NOT_FOUND",
+        pynvml.NVMLError_NotFound,
+        lambda: pynvml.nvmlDeviceGetProcessUtilization(h0, 1 << 62),
+    )
+    expect_error(
+        "GPU 1 (no processes): NOT_FOUND",
+        pynvml.NVMLError_NotFound,
+        lambda: pynvml.nvmlDeviceGetProcessUtilization(h1, 0),
+    )
+    count = ctypes.c_uint(0)
+    expect(
+        "raw size query (NULL, count 0) rc / count",
+        (pynvml.nvmlLib.nvmlDeviceGetProcessUtilization(h0, None, ctypes.byref(count),
+                                                        ctypes.c_ulonglong(0)), count.value),
+        (7, 2),
+    )
+    expect("calls(nvmlDeviceGetProcessUtilization)",
+           fake.calls("nvmlDeviceGetProcessUtilization"), 8)
+
+    section("processes set at run time")
+    fake.set_processes(1, [(7, 128, None, 55, 5), FakeProcess(8, 1, sm_percent=3, kind="b")])
+    expect("GPU 1 compute", procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h1),
+           [(7, 128 * MIB, none, none), (8, MIB, none, none)])
+    expect("GPU 1 graphics", procs(pynvml.nvmlDeviceGetGraphicsRunningProcesses, h1),
+           [(8, MIB, none, none)])
+    expect("GPU 1 utilization", util_samples(h1, 0), [(7, 55, 5), (8, 3, 0)])
+    fake.set_processes(0, "300:1::1")
+    expect("string spec", util_samples(h0, 0), [(300, 1, 0)])
+    fake.set_processes(0, [])
+    expect("[]: no processes", procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h0), [])
+    fake.set_processes(0, None)
+    expect("None: back to FAKE_NVML_PROCESSES",
+           [p[0] for p in procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h0)], [100, 102])
+    fake.set_processes(2, [FakeProcess(9, gpu_instance_id=2, hide_gi=True)])
+    expect("hide_gi", procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h2),
+           [(9, 256 * MIB, none, none)])
+    fake.set_mig(2, None)
+    fake.set_processes(2, [FakeProcess(9, gpu_instance_id=2)])
+    expect("GI not reported out of MIG mode",
+           procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h2), [(9, 256 * MIB, none, none)])
+    for bad in ["x", "1", "1:2:64", "1:2:~", "1:2::101", "1:2:::-:z", "1:2,1:3",
+                "1:2:3:4:5:c:7", ",".join(f"{n}:1" for n in range(17))]:
+        expect_error(f"set_processes({bad[:20]!r})", ValueError,
+                     lambda: fake.set_processes(0, bad))  # noqa: B023
+    expect_error("hide_gi without a GI", ValueError,
+                 lambda: fake.set_processes(0, [FakeProcess(1, hide_gi=True)]))
+    fake.reset()
+    expect("reset clears stamps and overrides",
+           (fake.proc_util_stamps(0), len(procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h1))),
+           ((0, 0), 0))
+    pynvml.nvmlShutdown()
+
+
 def check_init_and_errors(fake: FakeNvml) -> None:
     section("refcount, shutdown, init errors, bad configuration")
     set_env()
@@ -645,6 +781,9 @@ def check_init_and_errors(fake: FakeNvml) -> None:
         ("MIG", "1=1:9,1:19"),
         ("DEVICE_DELAY_US", "-1"),
         ("INIT_ERROR", "abc"),
+        ("PROCESSES", "0=1"),
+        ("PROCESSES", "0=1:2:3:101"),
+        ("PROCESSES", "64=1:2"),
     ]:
         set_env(**{name: value})
         expect_error(f"reset() with FAKE_NVML_{name}={value}", ValueError, fake.reset)
@@ -795,6 +934,7 @@ def main() -> int:
         check_not_supported_keys(fake)
         check_env_config(fake)
         pynvml.nvmlShutdown()
+        check_processes(fake)
         check_init_and_errors(fake)
         check_delay_and_threads(fake)
         check_subprocess(lib_dir)
