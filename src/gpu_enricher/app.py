@@ -3,10 +3,8 @@
 import asyncio
 import contextlib
 import logging
-import shutil
 import signal
 import socket
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,11 +15,16 @@ from .backend import GpuBackend
 from .collector import Collector, CollectorOptions
 from .config import BUILTIN_SCENARIO, Config
 from .counters import CounterLine
+from .podlabels import PodLabelPolicy
 from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
 
 if TYPE_CHECKING:
-    from .kubelet.fake_server import FakeKubelet
     from .kubelet.source import KubeletSource
+    from .model import PodDirectory
+    from .podlogs import LogNameSource
+    from .proc_source import ProcessSource
+    from .sim_cluster import SimulatedCluster
+    from .sources import Source
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,10 @@ def make_assignments(config: Config, socket: Path | None = None) -> "KubeletSour
 
 def make_collector(config: Config, counters: tuple[CounterLine, ...],
                    backend: GpuBackend | None = None,
-                   assignments: "KubeletSource | None" = None) -> Collector:
+                   assignments: "KubeletSource | None" = None,
+                   api_url: Callable[[], str] | None = None) -> Collector:
+    """The collector with every source the configuration asks for."""
+    logs, processes = make_process_sources(config)
     return Collector(
         backend if backend is not None else make_backend(config),
         CollectorOptions(
@@ -77,49 +83,75 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
             counters=counters,
             virtual_gpus=config.virtual_gpus,
             extra_resources=config.extra_resources,
+            process_metrics=config.process_metrics,
+            pod_policy=PodLabelPolicy(config.pod_labels, config.pod_uid,
+                                      config.pod_label_allowlist),
         ),
         assignments=assignments,
+        pods=make_pod_source(config, api_url),
+        logs=logs,
+        processes=processes,
     )
 
 
-def _fake_kubelet_context(
-    fake: "FakeKubelet",
+def _simulated_cluster_context(
+    cluster: "SimulatedCluster",
 ) -> Callable[[web.Application], contextlib.AbstractAsyncContextManager[None]]:
     @contextlib.asynccontextmanager
     async def context(app: web.Application) -> AsyncIterator[None]:
-        await fake.start()
         try:
+            await cluster.start()
             yield
         finally:
-            await fake.stop()
-            shutil.rmtree(fake.socket_path.parent, ignore_errors=True)
+            await cluster.stop()
 
     return context
 
 
-def make_app(collector: Collector, fake_kubelet: "FakeKubelet | None" = None) -> web.Application:
-    """The HTTP app, owning the collection loop's task (and the simulated node's fake
-    kubelet, started first) for its whole life."""
+def make_app(collector: Collector, cluster: "SimulatedCluster | None" = None) -> web.Application:
+    """The HTTP app, owning the collection loop's task (and the simulated node's fakes,
+    started first) for its whole life."""
     app = build_app(collector)
-    if fake_kubelet is not None:
-        app.cleanup_ctx.append(_fake_kubelet_context(fake_kubelet))
+    if cluster is not None:
+        app.cleanup_ctx.append(_simulated_cluster_context(cluster))
     app.cleanup_ctx.append(_collector_task)
     return app
 
 
-def simulated_kubelet(backend: GpuBackend) -> "FakeKubelet | None":
-    """The simulated node's pods, served by a fake kubelet on a private temporary socket."""
+def simulated_cluster(backend: GpuBackend, config: Config) -> "SimulatedCluster | None":
+    """The simulated node's kubelet, Kubernetes API and /proc, in a private temporary
+    directory."""
     from .simulated import SimulatedBackend
 
     if not isinstance(backend, SimulatedBackend):
         return None
-    from .kubelet.fake_server import FakeKubelet
+    from .sim_cluster import SimulatedCluster
 
-    socket = Path(tempfile.mkdtemp(prefix="gpu-enricher-kubelet-")) / "kubelet.sock"
-    fake = FakeKubelet(socket)
-    fake.set_assignments(backend.scenario.pods)
-    fake.set_allocatable(backend.scenario.allocatable())
-    return fake
+    return SimulatedCluster(backend.scenario, config.node_name)
+
+
+def make_pod_source(config: Config,
+                    api_url: Callable[[], str] | None = None) -> "Source[PodDirectory] | None":
+    """The Kubernetes API's pods of this node, when a feature needs them."""
+    if not config.kube_api:
+        return None
+    from .kube.config import plan_from_environment
+    from .kube.source import PodWatchOptions, PodWatchSource
+
+    options = PodWatchOptions(node_name=config.node_name,
+                              kubeconfig=str(config.kubeconfig) if config.kubeconfig else None)
+    if api_url is None:
+        return PodWatchSource(options)
+    return PodWatchSource(options, plan=lambda: plan_from_environment(api_url(), None))
+
+
+def make_process_sources(config: Config) -> "tuple[LogNameSource | None, ProcessSource | None]":
+    if not config.reads_proc:
+        return None, None
+    from .podlogs import LogNameSource
+    from .proc_source import ProcessSource
+
+    return LogNameSource(config.kubelet_log_root), ProcessSource(config.proc_root)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -165,9 +197,14 @@ def run(config: Config, counters: tuple[CounterLine, ...],
         return 1
     try:
         backend = backend if backend is not None else make_backend(config)
-        fake = simulated_kubelet(backend)
-        assignments = make_assignments(config, fake.socket_path if fake is not None else None)
-        app = make_app(make_collector(config, counters, backend, assignments), fake)
+        cluster = simulated_cluster(backend, config)
+        if cluster is not None:
+            config = cluster.configure(config)
+        assignments = make_assignments(config,
+                                       cluster.kubelet.socket_path if cluster else None)
+        collector = make_collector(config, counters, backend, assignments,
+                                   (lambda: cluster.api.url) if cluster else None)
+        app = make_app(collector, cluster)
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             return runner.run(serve(app, config, sockets))
     finally:

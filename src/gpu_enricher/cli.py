@@ -123,7 +123,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         log_format=get("log-format", parse_log_format, "text"),
         debug=switch("debug"),
         simulate=simulate or None,
-        process_metrics=switch("process-metrics"),
+        # The simulated node shows every capability: process metrics unless switched off.
+        process_metrics=(switch("process-metrics")
+                         if _value(args, "process-metrics", env)[0] is not None
+                         else simulate is not None),
         proc_root=get("proc-root", Path, DEFAULT_PROC_ROOT),
         kubelet_log_root=get("kubelet-log-root", Path, DEFAULT_KUBELET_LOG_ROOT),
         pod_labels=switch("kubernetes-enable-pod-labels"),

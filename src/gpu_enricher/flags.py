@@ -247,7 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--simulate", nargs="?", const=BUILTIN_SCENARIO, default=None, metavar="SCENARIO.yaml",
         help="run on a simulated node: the built-in one, or one described by a YAML file "
-             "(docs/simulate.md); only this flag ever simulates" + _env_help("simulate"))
+             "(docs/simulate.md), with a fake kubelet, Kubernetes API and /proc; it turns on "
+             "--process-metrics unless that is set; only this flag ever simulates"
+             + _env_help("simulate"))
     for flag in compat_flags():
         # Multi-letter single-dash names only where dcgm-exporter has them (-rbmn).
         names = ([f"-{flag.short}"] if flag.short else []) + [f"--{flag.long}"]

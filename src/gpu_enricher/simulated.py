@@ -20,7 +20,7 @@ from .model import (
     ProcessSample,
     SampleError,
 )
-from .scenario import Range, Scenario, SimGpu, SimInstance, mig_uuid
+from .scenario import Range, Scenario, SimGpu, SimInstance, SimProcess, mig_uuid
 
 MIB = 1 << 20
 
@@ -117,13 +117,7 @@ class SimulatedBackend:
             **(self._profiling(busy, t, gpu.index) if gpu.gpm else {}),
         }
         instances = tuple(self._instance(gpu, inst, t, fields) for inst in gpu.instances)
-        processes = tuple(
-            ProcessSample(p.pid, p.used_memory_mib * MIB, p.gpu_instance_id,
-                          round(self._within(p.sm_utilization, self._load(t, "pid", p.pid)), 4),
-                          round(0.4 * self._within(p.sm_utilization,
-                                                   self._load(t, "pid", p.pid)), 4))
-            for p in gpu.processes
-        )
+        processes = tuple(self._process(p, t, mig=bool(gpu.instances)) for p in gpu.processes)
         return GpuSnapshot(
             ident,
             values={k: v for k, v in values.items() if k in fields},
@@ -131,6 +125,13 @@ class SimulatedBackend:
             instances=instances,
             processes=processes,
         )
+
+    def _process(self, proc: SimProcess, t: float, mig: bool) -> ProcessSample:
+        """As NVML: per-process utilisation is NOT_SUPPORTED in MIG mode (None)."""
+        sm = None if mig else round(self._within(proc.sm_utilization,
+                                                 self._load(t, "pid", proc.pid)), 4)
+        return ProcessSample(proc.pid, proc.used_memory_mib * MIB, proc.gpu_instance_id, sm,
+                             None if sm is None else round(0.4 * sm, 4))
 
     def _profiling(self, busy: float, t: float, *key: object) -> dict[str, FieldValue]:
         jitter = self._load(t, *key, "prof")

@@ -97,7 +97,9 @@ def resolve(ref: ContainerRef, indexes: Sequence[PodIndex],
         if found is None:
             continue
         if found.container:
-            uid = found.pod_uid or (partial.pod_uid if partial is not None else "")
+            # The earlier (API) source's UID wins: a static pod's log directory carries its
+            # config hash, the API its metadata.uid, which the DCGM series' pod_uid shows.
+            uid = (partial.pod_uid if partial is not None else "") or found.pod_uid
             return Workload(found.namespace, found.pod, found.container, uid)
         partial = partial or found
     pods = {(h.namespace, h.pod) for h in holders}

@@ -322,6 +322,13 @@ def test_adapter_rules_and_keda_query_answer_per_pod(prometheus: Prometheus) -> 
     assert len(result) == 1 and float(result[0]["value"][1]) > 0, result
 
 
+WORKLOAD_FAMILIES = frozenset({
+    "gpu_enricher_device_allocation_info", "gpu_enricher_process_memory_used_bytes",
+    "gpu_enricher_process_sm_utilization_ratio", "gpu_enricher_pod_memory_used_bytes",
+    "gpu_enricher_pod_sm_utilization_ratio", "gpu_enricher_unallocated_process_info",
+})
+
+
 def test_pod_labels_only_where_a_pod_holds_the_device(prometheus: Prometheus) -> None:
     # Nothing anywhere carries the exporter's own pod, nor a renamed workload label.
     for promql in (f'{{pod="{EXPORTER_POD}"}}', f'{{namespace="{EXPORTER_NAMESPACE}"}}',
@@ -337,13 +344,18 @@ def test_pod_labels_only_where_a_pod_holds_the_device(prometheus: Prometheus) ->
         labels = series["metric"]
         assert labels["exporter_pod"] == EXPORTER_POD, labels
         assert labels["exporter_namespace"] == EXPORTER_NAMESPACE, labels
-        if labels["__name__"] == "gpu_enricher_device_allocation_info":
-            # It lists the holders: the workloads' pods, never the exporter's.
-            assert labels["pod"] != EXPORTER_POD, labels
+        if labels["__name__"] in WORKLOAD_FAMILIES:
+            # They list the holders and the processes' pods: workloads, never the exporter.
+            assert labels.get("pod") != EXPORTER_POD, labels
         else:
             assert not {"pod", "namespace", "container"} & set(labels), labels
-    # The free L4 and the free MIG instances: no pod labels at all.
-    for promql in ('{gpu="3"}', '{gpu="2", GPU_I_ID=~"2|5"}'):
+    # A host process: no pod labels at all, not empty ones.
+    host = prometheus.query('gpu_enricher_process_memory_used_bytes{process_name="gpu-burn"}')
+    assert len(host) == 1 and not {"pod", "namespace", "container"} & set(host[0]["metric"])
+    # The free L4 (a pod's process runs on it, but nobody holds it) and the free MIG
+    # instances: no pod labels on their DCGM series.
+    for promql in ('{__name__=~"DCGM_.+", gpu="3"}',
+                   '{__name__=~"DCGM_.+", gpu="2", GPU_I_ID=~"2|5"}'):
         free = prometheus.query(promql)
         assert free, promql
         for series in free:

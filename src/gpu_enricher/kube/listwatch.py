@@ -1,0 +1,218 @@
+"""One list+watch loop, generic over the kind: list, watch from the list's resourceVersion,
+resume after a normal end, re-list after 410 Gone, back off after errors.
+
+The loop owns the current objects (an immutable uid → value map) and the bookkeeping the
+source reports: whether the view is current, restarts by reason, errors by reason. The calls
+come from `connect`, asked again after an `unauthorized` or `no_config` failure so a rotated
+token or a newly mounted configuration is picked up.
+"""
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, Generic, NoReturn, TypeVar
+
+from .client import (
+    BAD_RESPONSE,
+    FORBIDDEN,
+    GONE,
+    NO_CONFIG,
+    STALLED,
+    UNAUTHORIZED,
+    KubeError,
+    ListWatchCalls,
+    list_objects,
+    stream_watch,
+)
+from .events import Parse, WatchEvent, apply_event, index_objects, resource_version
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CLOSED: Final = "closed"
+"""Restart reason: the server ended the watch at its timeout, the normal way."""
+
+# Failures only an operator can fix: retrying every second helps no one.
+_NEEDS_OPERATOR: Final = frozenset({FORBIDDEN, NO_CONFIG})
+_RECONNECT: Final = frozenset({UNAUTHORIZED, NO_CONFIG})
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceKind:
+    """What is listed, for log lines and the RBAC hint."""
+
+    resource: str  # plural, as RBAC names it: `pods`, `resourceslices`
+    api_group: str = ""  # "" is the core group
+    scope: str = ""  # e.g. `on node gpu-1`, for messages only
+
+    def rbac_hint(self) -> str:
+        return (f'grant the exporter\'s service account get, list and watch on apiGroups: '
+                f'["{self.api_group}"], resources: ["{self.resource}"] (a ClusterRole and '
+                "ClusterRoleBinding)")
+
+
+@dataclass(frozen=True, slots=True)
+class ListWatchOptions:
+    watch_timeout_seconds: int = 300
+    """Server-side timeout asked of every watch (`timeoutSeconds`)."""
+    stall_margin_seconds: float = 30.0
+    """A watch with no line for its timeout plus this margin is stalled and restarted."""
+    backoff_initial_seconds: float = 1.0
+    backoff_max_seconds: float = 60.0
+
+
+def backoff_delay(failures: int, reason: str, options: ListWatchOptions,
+                  jitter: Callable[[float, float], float] = random.uniform) -> float:
+    """Seconds to wait after the `failures`-th failure in a row (jittered ±20 %).
+
+    Doubling from the initial delay to the cap; failures only an operator can fix grow eight
+    times per attempt instead, so they reach the cap within a few tries.
+    """
+    growth = 8.0 if reason in _NEEDS_OPERATOR else 2.0
+    exponent = min(max(failures - 1, 0), 64)  # bounded: no float overflow in a long outage
+    delay = min(options.backoff_initial_seconds * growth ** exponent, options.backoff_max_seconds)
+    return delay * jitter(0.8, 1.2)
+
+
+class ListWatch(Generic[T]):
+    def __init__(self, kind: ResourceKind, connect: Callable[[], Awaitable[ListWatchCalls]],
+                 parse: Parse[T], options: ListWatchOptions,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.kind = kind
+        self.options = options
+        self._connect = connect
+        self._parse = parse
+        self._clock = clock
+        self._calls: ListWatchCalls | None = None
+        self.objects: Mapping[str, T] = MappingProxyType({})
+        self.resource_version: str | None = None
+        """Where the next watch starts; None: list first."""
+        self.listed = False
+        self.watching = False
+        self.current_at: float | None = None
+        """Monotonic time the view was last known current: a list answered, a watch opened,
+        read a line, or ended (an open watch is current until it ends or goes silent)."""
+        self.last_event_at: float | None = None
+        self.last_success_wall: float | None = None
+        self.last_list_seconds: float | None = None
+        self.failures = 0  # in a row; 0 while healthy
+        self.lists = 0
+        self.watches = 0
+        self.restarts: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self._failing: str | None = None
+        self._gone_in_a_row = 0
+
+    @property
+    def stall_seconds(self) -> float:
+        return self.options.watch_timeout_seconds + self.options.stall_margin_seconds
+
+    @property
+    def up(self) -> bool:
+        """Listed once and no failure since the last success: watching, or about to."""
+        return self.listed and self.failures == 0
+
+    def current_within(self, seconds: float) -> bool:
+        """Listed, and watching now or known current in the last `seconds`."""
+        if not self.listed or self.current_at is None:
+            return False
+        return self.watching or self._clock() - self.current_at <= seconds
+
+    async def run(self) -> NoReturn:
+        """List and watch until cancelled; never raises anything else."""
+        while True:
+            try:
+                await self._cycle()
+                self.restarts[CLOSED] += 1
+                self._gone_in_a_row = 0
+            except KubeError as exc:
+                if exc.reason == GONE:
+                    # The resourceVersion is compacted away: list again, at once; but a
+                    # server that answers 410 right after every list is failing, not busy.
+                    self.resource_version = None
+                    self._gone_in_a_row += 1
+                    if self._gone_in_a_row == 1:
+                        self.restarts[GONE] += 1
+                        continue
+                await self._failed(exc)
+            except Exception as exc:  # a bug must not end the watch for the process's life
+                log.exception("%s watch failed unexpectedly", self.kind.resource)
+                await self._failed(KubeError(BAD_RESPONSE, repr(exc)))
+            finally:
+                self.watching = False
+
+    async def _cycle(self) -> None:
+        """Connect if needed, list if needed, then one watch to its end."""
+        if self._calls is None:
+            self._calls = await self._connect()
+        calls = self._calls
+        if self.resource_version is None:
+            started = time.perf_counter()
+            answer = await list_objects(calls.list)
+            self.objects = index_objects(answer.items, self._parse)
+            self.resource_version = answer.resource_version
+            self.last_list_seconds = time.perf_counter() - started
+            self.lists += 1
+            self.listed = True
+            self._succeeded()
+        await stream_watch(calls.watch, self.resource_version,
+                           self.options.watch_timeout_seconds, self.stall_seconds,
+                           self._watch_opened, self._event)
+        self.current_at = self._clock()  # an open watch, silent or not, was current till now
+
+    def _watch_opened(self) -> None:
+        self.watches += 1
+        self.watching = True
+        self._succeeded()
+
+    def _event(self, event: WatchEvent) -> None:
+        self.objects = apply_event(self.objects, event, self._parse)
+        self._gone_in_a_row = 0
+        version = resource_version(event.object)
+        if version is not None:  # bookmarks carry nothing else
+            self.resource_version = version
+        now = self._clock()
+        self.current_at = self.last_event_at = now
+        self.last_success_wall = time.time()
+
+    def _succeeded(self) -> None:
+        self.current_at = self._clock()
+        self.last_success_wall = time.time()
+        self.failures = 0
+        if self._failing is not None:
+            log.warning("Kubernetes API answers again: %s %s listed and watched",
+                        self.kind.resource, self.kind.scope)
+            self._failing = None
+
+    async def _failed(self, exc: KubeError) -> None:
+        self.errors[exc.reason] += 1
+        if self.watching:  # a watch that opened and then broke (or went silent): a restart
+            self.restarts[exc.reason] += 1
+            if exc.reason != STALLED:  # it was current until it broke; a silent one was not
+                self.current_at = self._clock()
+        self.watching = False
+        self.failures += 1
+        if exc.reason in _RECONNECT:
+            self._calls = None
+        if self._failing != exc.reason:  # log when a failure starts or changes, not each one
+            self._log_failure(exc)
+            self._failing = exc.reason
+        await asyncio.sleep(backoff_delay(self.failures, exc.reason, self.options))
+
+    def _log_failure(self, exc: KubeError) -> None:
+        what = f"{self.kind.resource} {self.kind.scope}".strip()
+        if exc.reason == FORBIDDEN:
+            log.warning("Kubernetes API forbids listing/watching %s (%s): %s; retrying slowly",
+                        what, exc, self.kind.rbac_hint())
+        elif exc.reason == NO_CONFIG:
+            log.warning("cannot watch %s: %s; pass --kubeconfig, or run in a pod with a "
+                        "service account token; retrying slowly", what, exc)
+        else:
+            log.warning("Kubernetes %s watch failed (%s: %s); keeping the last %d objects "
+                        "and retrying with backoff", what, exc.reason, exc, len(self.objects))

@@ -1,0 +1,124 @@
+"""The simulated node's cluster side: the kubelet, the Kubernetes API and the /proc tree its
+processes live in, so `--simulate` runs the same attribution code as a real node.
+
+The pure half builds pod objects and file contents; `SimulatedCluster` starts the fakes (a
+kubelet on a private socket, an API server on loopback) and writes the /proc tree and the
+kubelet log names into one temporary directory, removed on stop.
+"""
+
+import dataclasses
+import hashlib
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from .config import Config
+from .model import PodMeta
+from .scenario import Scenario, SimProcess
+
+BOOT_TICKS = 4_200_000  # a start time far after boot, the same every run
+
+
+def container_id(namespace: str, pod: str, container: str) -> str:
+    """A simulated container's 64-hex runtime ID, stable across runs."""
+    return hashlib.sha256(f"ctr:{namespace}/{pod}/{container}".encode()).hexdigest()
+
+
+def pod_metas(scenario: Scenario) -> tuple[PodMeta, ...]:
+    """Every pod of the scenario as the Kubernetes API would list it (Running)."""
+    merged: dict[tuple[str, str], PodMeta] = {}
+    for spec in scenario.pod_specs:
+        key = (spec.namespace, spec.pod)
+        known = merged.get(key)
+        containers = dict(known.containers) if known is not None else {}
+        containers[container_id(spec.namespace, spec.pod, spec.container)] = spec.container
+        labels = {**(known.labels if known is not None else {}), **spec.labels}
+        merged[key] = PodMeta(spec.uid, spec.namespace, spec.pod, labels, "Running", containers)
+    return tuple(merged.values())
+
+
+def _cgroup_line(process: SimProcess, pods: Mapping[tuple[str, str], PodMeta]) -> str:
+    """containerd with the systemd driver on cgroup v2, as on EKS (cgroup-paths.md)."""
+    meta = pods.get(process.pod) if process.pod is not None else None
+    if meta is None:
+        return "0::/system.slice/gpu-burn.service\n"
+    name = process.container or next(iter(meta.containers.values()))
+    cid = container_id(meta.namespace, meta.name, name)
+    uid = meta.uid.replace("-", "_")
+    return ("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+            f"{uid}.slice/cri-containerd-{cid}.scope\n")
+
+
+def proc_files(scenario: Scenario) -> dict[str, str]:
+    """`<pid>/stat`, `<pid>/comm`, `<pid>/cgroup` for every simulated GPU process."""
+    pods = {(p.namespace, p.name): p for p in pod_metas(scenario)}
+    files: dict[str, str] = {}
+    for gpu in scenario.gpus:
+        for proc in gpu.processes:
+            # Field 22 (start time) after the command in parentheses, as the kernel writes it.
+            start = str(BOOT_TICKS + proc.pid)
+            fields = ["S", "1", str(proc.pid), str(proc.pid), *["0"] * 15, start]
+            files[f"{proc.pid}/stat"] = f"{proc.pid} ({proc.name}) {' '.join(fields)} 0 0\n"
+            files[f"{proc.pid}/comm"] = proc.name + "\n"
+            files[f"{proc.pid}/cgroup"] = _cgroup_line(proc, pods)
+    return files
+
+
+def write_proc_root(scenario: Scenario, root: Path) -> Path:
+    for relative, text in proc_files(scenario).items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def log_names(scenario: Scenario) -> list[str]:
+    """`pods/<ns>_<pod>_<uid>` and `containers/<pod>_<ns>_<container>-<id>.log` entries."""
+    names: list[str] = []
+    for meta in pod_metas(scenario):
+        names.append(f"pods/{meta.namespace}_{meta.name}_{meta.uid}")
+        names += [f"containers/{meta.name}_{meta.namespace}_{container}-{cid}.log"
+                  for cid, container in meta.containers.items()]
+    return names
+
+
+class SimulatedCluster:
+    """What a real node would offer around the simulated GPUs."""
+
+    def __init__(self, scenario: Scenario, node_name: str) -> None:
+        from .kube.fake_objects import pod_object
+        from .kube.fake_server import FakeKubeApi
+        from .kubelet.fake_server import FakeKubelet
+
+        self.directory = Path(tempfile.mkdtemp(prefix="gpu-enricher-sim-"))
+        self.kubelet: FakeKubelet = FakeKubelet(self.directory / "kubelet.sock")
+        self.kubelet.set_assignments(scenario.pods)
+        self.kubelet.set_allocatable(scenario.allocatable())
+        self.api: FakeKubeApi = FakeKubeApi()
+        self.api.set_pods(pod_object(meta, node_name) for meta in pod_metas(scenario))
+        self.proc_root = write_proc_root(scenario, self.directory / "proc")
+        self.log_root = self.directory / "log"
+        for name in log_names(scenario):
+            path = self.log_root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if name.startswith("pods/"):
+                path.mkdir(exist_ok=True)
+            else:
+                path.touch()
+
+    def configure(self, config: Config) -> Config:
+        """Point the exporter at the fakes."""
+        return dataclasses.replace(config, proc_root=self.proc_root,
+                                   kubelet_log_root=self.log_root)
+
+    async def start(self) -> None:
+        await self.kubelet.start()
+        await self.api.start()
+
+    async def stop(self) -> None:
+        try:
+            await self.api.stop()
+            await self.kubelet.stop()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
