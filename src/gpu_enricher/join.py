@@ -42,7 +42,8 @@ class Entity:
     overrides: Mapping[str, FieldValue] = dataclasses.field(default_factory=dict)
 
     def value(self, field: str, scope: MigScope) -> FieldValue | None:
-        if field in self.overrides:
+        # A split value never brings back a field the instance lacks (GPU_UTIL is GPU_ONLY).
+        if field in self.overrides and (self.instance is None or scope is not MigScope.GPU_ONLY):
             return self.overrides[field]
         if self.instance is None:
             return self.gpu.values.get(field)

@@ -51,12 +51,13 @@ def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy) ->
             sm.append(Sample(labels, format_value(proc.sample.sm_utilization)))
         work = proc.workload
         if proc.allocated is False and work is not None:
-            unallocated.append(Sample(label_pairs([
-                (names.LABEL_GPU, str(proc.gpu.identity.index)),
-                (names.LABEL_UUID, proc.gpu.identity.uuid),
-                (names.LABEL_PID, str(proc.sample.pid)),
-                (names.LABEL_NAMESPACE, work.namespace), (names.LABEL_POD, work.pod),
-                (names.LABEL_CONTAINER, work.container)]), "1"))
+            pairs = [(names.LABEL_GPU, str(proc.gpu.identity.index)),
+                     (names.LABEL_UUID, proc.gpu.identity.uuid),
+                     (names.LABEL_PID, str(proc.sample.pid)),
+                     (names.LABEL_NAMESPACE, work.namespace), (names.LABEL_POD, work.pod)]
+            if work.container:  # unknown (a pod its status does not list yet): absent
+                pairs.append((names.LABEL_CONTAINER, work.container))
+            unallocated.append(Sample(label_pairs(pairs), "1"))
     by_key = {p.key: p for p in processes}
     pod_memory: list[Sample] = []
     pod_sm: list[Sample] = []
