@@ -5,120 +5,30 @@ The format is documented in docs/simulate.md.
 """
 
 import difflib
-import hashlib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
-from .model import AllocatableDevices, PodAssignment
+from .model import PodAssignment
+from .sim_model import (
+    Range,
+    Scenario,
+    SimGpu,
+    SimInstance,
+    SimPod,
+    SimProcess,
+    default_uuid,
+    has_gpm,
+    mig_uuid,
+    pod_uid,
+)
 
 
 class ScenarioError(ValueError):
     pass
-
-
-Range = tuple[float, float]
-
-
-@dataclass(frozen=True, slots=True)
-class SimProcess:
-    pid: int
-    used_memory_mib: int
-    gpu_instance_id: int | None = None
-    name: str = "python"
-    pod: tuple[str, str] | None = None  # (namespace, pod); None: a host process
-    container: str | None = None
-    sm_utilization: Range = (0.0, 0.0)  # ratio 0..1
-
-
-@dataclass(frozen=True, slots=True)
-class SimInstance:
-    gpu_instance_id: int
-    profile: str
-    memory_mib: int
-    memory_used_mib: Range = (0.0, 0.0)
-    activity: Range = (0.0, 0.0)  # ratio 0..1 that drives the profiling fields
-
-
-@dataclass(frozen=True, slots=True)
-class SimGpu:
-    index: int
-    model: str
-    uuid: str
-    pci_bus_id: str
-    memory_mib: int = 81559
-    utilization: Range = (0.0, 0.0)  # percent
-    memory_used_mib: Range = (0.0, 0.0)
-    power_watts: Range = (60.0, 70.0)
-    temperature: Range = (30.0, 35.0)
-    sm_clock_mhz: Range = (1410.0, 1410.0)
-    mem_clock_mhz: int = 2619
-    lost: bool = False
-    instances: tuple[SimInstance, ...] = ()
-    processes: tuple[SimProcess, ...] = ()
-    gpm: bool = True  # profiling fields (NVML GPM): Hopper and newer only
-
-
-# NVML GPM, our source of DCGM_FI_PROF_*, exists on Hopper (H100, H200, H800, H20, GH200) and
-# newer (Blackwell B100/B200/GB200…); an A100 or L4 answers NOT_SUPPORTED. dcgm-exporter gets
-# profiling on A100 through DCGM's own profiling module, which we do not use.
-GPM_MODEL_MARKERS: Final = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200", "B300",
-                            "GB200", "GB300")
-
-
-def has_gpm(model: str) -> bool:
-    return any(marker in model.upper() for marker in GPM_MODEL_MARKERS)
-
-
-@dataclass(frozen=True, slots=True)
-class SimPod:
-    """A pod's container as the Kubernetes API would describe it (the fake API serves it)."""
-
-    namespace: str
-    pod: str
-    container: str
-    uid: str
-    labels: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    gpus: tuple[SimGpu, ...]
-    seed: int = 1
-    driver_version: str = "580.105.08"
-    period_seconds: float = 120.0  # one load wave: slow enough to look like real work
-    pods: tuple[PodAssignment, ...] = ()  # served by the simulated node's fake kubelet
-    pod_specs: tuple[SimPod, ...] = ()  # every pod container, with or without devices
-
-    def allocatable(self) -> tuple[AllocatableDevices, ...]:
-        """What the fake kubelet reports as allocatable: every GPU (its replicas when pods
-        hold replicas of it) and every MIG instance under its `nvidia.com/mig-*` resource."""
-        held = {d for p in self.pods for d in p.device_ids}
-        by_resource: dict[str, list[str]] = {}
-        for gpu in self.gpus:
-            if gpu.instances:
-                for inst in gpu.instances:
-                    by_resource.setdefault(f"nvidia.com/mig-{inst.profile}", []).append(
-                        mig_uuid(gpu.uuid, inst.gpu_instance_id))
-                continue
-            replicas = sorted(d for d in held if d.startswith(f"{gpu.uuid}::"))
-            by_resource.setdefault("nvidia.com/gpu", []).extend(replicas or [gpu.uuid])
-        return tuple(AllocatableDevices(r, tuple(ids)) for r, ids in sorted(by_resource.items()))
-
-
-def mig_uuid(gpu_uuid: str, gpu_instance_id: int) -> str:
-    """The simulated MIG device UUID of a GPU instance (stable, derived from its GPU's)."""
-    digest = hashlib.sha256(f"{gpu_uuid}/{gpu_instance_id}".encode()).hexdigest()
-    return f"MIG-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
-
-
-def default_uuid(seed: int, index: int) -> str:
-    digest = hashlib.sha256(f"gpu-enricher-sim:{seed}:{index}".encode()).hexdigest()
-    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
 def _range(raw: Any, where: str) -> Range:
@@ -274,12 +184,6 @@ def _pod(raw: Any, gpus: tuple[SimGpu, ...], where: str) -> PodAssignment:
         default_resource = f"nvidia.com/mig-{first.profile}"
     return PodAssignment(spec["namespace"], spec["pod"], spec["container"],
                          str(spec.get("resource") or default_resource), tuple(device_ids))
-
-
-def pod_uid(namespace: str, pod: str) -> str:
-    """A simulated pod's UID, stable across runs."""
-    d = hashlib.sha256(f"pod:{namespace}/{pod}".encode()).hexdigest()
-    return f"{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:32]}"
 
 
 def _pod_spec(raw: Any, where: str) -> SimPod:

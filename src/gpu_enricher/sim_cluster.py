@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .config import Config
 from .model import PodMeta
-from .scenario import Scenario, SimProcess
+from .sim_model import Scenario, SimProcess
 
 BOOT_TICKS = 4_200_000  # a start time far after boot, the same every run
 

@@ -20,7 +20,7 @@ from .model import (
     ProcessSample,
     SampleError,
 )
-from .scenario import Range, Scenario, SimGpu, SimInstance, SimProcess, mig_uuid
+from .sim_model import Range, Scenario, SimGpu, SimInstance, SimProcess, mig_uuid
 
 MIB = 1 << 20
 

@@ -21,7 +21,8 @@ from gpu_enricher.kubelet.fake_server import FakeKubelet
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
 from gpu_enricher.model import AllocatableDevices, NodeSnapshot, PodAssignment
 from gpu_enricher.nvml import NvmlBackend
-from gpu_enricher.scenario import builtin_scenario, mig_uuid
+from gpu_enricher.scenario import builtin_scenario
+from gpu_enricher.sim_model import mig_uuid
 from gpu_enricher.simulated import SimulatedBackend
 from tests.exposition import value
 from tests.fake_nvml.build import FakeNvml
