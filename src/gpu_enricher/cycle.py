@@ -2,6 +2,7 @@
 API's document out. Pure: the collector calls it once per pass and swaps the results in.
 """
 
+import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -52,6 +53,16 @@ def _attribution(inputs: CycleInputs, extra: Collection[str], pods: PodIndex) ->
     return live_holders(found, pods) if pods.by_name else found
 
 
+def _proc_usable(inputs: CycleInputs) -> bool:
+    """Whether /proc told us anything: NVML reported processes but the table has none of
+    them when the exporter sees its own /proc instead of the host's (no hostPID, no mount).
+    Then a shared GPU's values are repeated per pod rather than split into zeros."""
+    if inputs.processes is None or inputs.node is None:
+        return False
+    nvml_pids = any(gpu.processes for gpu in inputs.node.gpus if gpu.healthy)
+    return not nvml_pids or bool(inputs.processes.processes)
+
+
 def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
     api = PodIndex.of(inputs.api_pods)
     attribution = (_attribution(inputs, options.extra_resources, api)
@@ -66,12 +77,17 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         processes = gpu_processes(inputs.node, inputs.processes, indexes, current)
     families: list[Family] = []
     if inputs.node is not None and inputs.plan is not None:
-        context = PodContext(api, options.pod_policy,
-                             per_pod(processes) if inputs.processes is not None else None)
+        # A pod label named like a label-type field of this counters file is prefixed too.
+        policy = (dataclasses.replace(options.pod_policy, reserved=options.pod_policy.reserved
+                                      | frozenset(inputs.plan.label_fields))
+                  if options.pod_policy.labels and inputs.plan.label_fields
+                  else options.pod_policy)
+        usage = per_pod(processes) if _proc_usable(inputs) else None
+        context = PodContext(api, policy, usage)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context)
         if options.process_metrics:
-            families += process_families(processes, options.pod_policy)
+            families += process_families(processes, policy)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics)
     return CycleOutputs(families, attribution, processes, document)

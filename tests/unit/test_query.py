@@ -386,3 +386,32 @@ def test_compose_without_kubelet() -> None:
     assert [(p.workload.pod if p.workload else None, p.allocated) for p in out.processes] == [
         ("train-0", None), ("notebook", None), (None, None)]
     assert out.document["gpus"][0]["holders"] == []
+
+
+def test_compose_with_an_unusable_proc_root_repeats_values() -> None:
+    """The exporter's own /proc instead of the host's: none of NVML's PIDs are found, so a
+    shared GPU's values are repeated per pod, not split into zeros."""
+    plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
+    out = compose(CycleInputs(SHARED_NODE, plan, assignments(1.0), API_PODS, LOG_PODS,
+                              ProcessTable({})), JoinOptions(None, virtual_gpus=True))
+    values = [line.rsplit(" ", 1)[1]
+              for line in Exposition.from_families(out.families).text.decode().splitlines()
+              if line.startswith("DCGM_FI_")]
+    assert values == ["9000", "9000", "80", "80"]
+
+
+def test_compose_prefixes_a_pod_label_named_like_a_label_field() -> None:
+    csv = CSV + "DCGM_FI_DRIVER_VERSION, label, Driver version.\n"
+    plan, _ = plan_counters(parse_counters(csv, "t.csv"), frozenset(IMPLEMENTED), "test")
+    pods = PodDirectory((PodMeta(UID_NOTE, "dev", "notebook",
+                                 labels={"DCGM_FI_DRIVER_VERSION": "mine"}),), synced=True)
+    node = NodeSnapshot((GpuSnapshot(DeviceIdentity(0, UUID0, "00000000:31:00.0", "NVIDIA L4"),
+                                     values={"DCGM_FI_DEV_FB_USED": 1,
+                                             "DCGM_FI_DRIVER_VERSION": "580.1"}),))
+    held = AssignmentSnapshot((PodAssignment("dev", "notebook", "jupyter", "nvidia.com/gpu",
+                                             (UUID0,)),), 1.0, True, None, "v1")
+    out = compose(CycleInputs(node, plan, held, pods),
+                  JoinOptions(None, pod_policy=PodLabelPolicy(labels=True)))
+    line = Exposition.from_families(out.families).text.decode().splitlines()[2]
+    assert 'DCGM_FI_DRIVER_VERSION="580.1"' in line
+    assert 'pod_label_DCGM_FI_DRIVER_VERSION="mine"' in line
