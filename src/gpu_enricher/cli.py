@@ -133,9 +133,15 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         pod_label_allowlist=get("kubernetes-pod-label-allowlist-regex", parse_regexes, ()),
         pod_uid=switch("kubernetes-enable-pod-uid"),
         kubeconfig=get("kubeconfig", Path, None),
+        kubernetes_api=get("kubernetes-api", parse_bool, True),
         node_name=env.get("NODE_NAME") or socket.gethostname(),
     )
-    return config, _unimplemented_warnings(args, env)
+    warnings = _unimplemented_warnings(args, env)
+    if not config.kubernetes_api and (config.pod_labels or config.pod_uid):
+        warnings.append("--kubernetes-enable-pod-labels and --kubernetes-enable-pod-uid need the "
+                        "Kubernetes API, which --kubernetes-api=false switches off: no pod labels "
+                        "or UIDs")
+    return config, warnings
 
 
 DCGM_IMAGE_DIR: Final = Path("/etc/dcgm-exporter")

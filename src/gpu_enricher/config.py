@@ -32,13 +32,14 @@ class Config:
     pod_label_allowlist: tuple[str, ...] = ()  # regexes; empty: every label
     pod_uid: bool = False  # --kubernetes-enable-pod-uid
     kubeconfig: Path | None = None  # else in-cluster, else $KUBECONFIG
+    kubernetes_api: bool = True  # False: never call the API server (no RBAC granted)
     node_name: str = ""  # this node, for the Kubernetes API's field selector
     kube_api_url: str | None = None  # set by the simulated node: its fake API server
 
     @property
     def kube_api(self) -> bool:
         """Whether pod metadata is read from the Kubernetes API."""
-        return self.process_metrics or self.pod_labels or self.pod_uid
+        return self.kubernetes_api and (self.process_metrics or self.pod_labels or self.pod_uid)
 
     @property
     def reads_proc(self) -> bool:

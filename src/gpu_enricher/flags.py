@@ -149,6 +149,10 @@ OPTIONS: Final = (
     Option("kubelet-log-root", None, Path,
            "the host's /var/log (its pods/ and containers/ name pods when the Kubernetes API "
            "cannot; default /var/log)", "PATH"),
+    Option("kubernetes-api", None, parse_bool,
+           "read pods from the Kubernetes API when a feature needs them (default true); false: "
+           "never call it (no RBAC needed): process names from --kubelet-log-root, no pod labels "
+           "or UIDs", "true|false"),
     Option("kubeconfig", None, Path,
            "kubeconfig for the Kubernetes API outside a cluster (default: in-cluster, else "
            "$KUBECONFIG)", "PATH"),

@@ -29,6 +29,11 @@ RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
 MICROK8S_ROOT = "/var/snap/microk8s/common/var/lib/kubelet"
 SOCKET_DIR = "/var/lib/kubelet/pod-resources"  # in the container, whatever the node's root
 TEST_DASHBOARD = "zz-chart-test-dashboard.json"
+HOST_PROC = "/host/proc"  # the host's /proc in the container (procAccess: hostPath)
+LOG_ROOT = "/host/var/log"  # the host's /var/log/{pods,containers} in the container
+POD_READER_RULES = [{"apiGroups": [""], "resources": ["pods"],
+                     "verbs": ["get", "list", "watch"]}]
+ALLOWLIST = ["^app(\\.kubernetes\\.io/name)?$", "^team$", "^[a-z]{2}/owner$"]
 
 # Verbatim: another test reproduces them in a real Prometheus.
 RELABELINGS = [
@@ -65,7 +70,10 @@ ALL_FEATURES: dict[str, Any] = {
     "runtimeClassName": "nvidia",
     "hostPID": True,
     "kubernetes": {"virtualGpus": True, "gpuIdType": "device-name",
-                   "resourceNames": ["nvidia.com/gpu.shared", "nvidia.com/gpu.mps"]},
+                   "resourceNames": ["nvidia.com/gpu.shared", "nvidia.com/gpu.mps"],
+                   "podLabels": {"enabled": True, "allowlistRegex": ALLOWLIST},
+                   "podUid": {"enabled": True}},
+    "processMetrics": {"enabled": True},
     "counters": CUSTOM_COUNTERS,
     "collectInterval": 1000,
     "port": 9500,
@@ -98,7 +106,25 @@ COMBINATIONS: dict[str, tuple[dict[str, Any], list[str]]] = {
     "microk8s": ({"kubeletRoot": MICROK8S_ROOT}, []),
     "kubernetes-off": ({"kubernetes": {"enabled": False}, "serviceAccount": {"create": False},
                         "dashboards": {"enabled": False}}, []),
+    "process-metrics": ({"processMetrics": {"enabled": True}}, []),
+    "process-metrics-hostpid-no-api": ({"processMetrics": {
+        "enabled": True, "procAccess": "hostPID", "kubernetesApi": False,
+        "logFallback": False}, "kubernetes": {"enabled": False}}, []),
+    "process-metrics-logs-only": ({"processMetrics": {"enabled": True, "kubernetesApi": False}},
+                                  []),
+    "virtual-gpus": ({"kubernetes": {"virtualGpus": True}}, []),
+    "pod-labels-and-uid": ({"kubernetes": {"podLabels": {"enabled": True},
+                                           "podUid": {"enabled": True}},
+                            "serviceAccount": {"create": False}}, []),
+    "pod-uid": ({"kubernetes": {"podUid": {"enabled": True}}}, []),
 }
+# The combinations whose features read the Kubernetes API: a ClusterRole and a token.
+KUBERNETES_API = {"all-features", "process-metrics", "pod-labels-and-uid", "pod-uid"}
+# host /proc access: "hostPath" (mounted at HOST_PROC), "hostPID" or None.
+PROC_ACCESS = {"all-features": "hostPath", "process-metrics": "hostPath",
+               "process-metrics-hostpid-no-api": "hostPID",
+               "process-metrics-logs-only": "hostPath", "virtual-gpus": "hostPath"}
+LOG_FALLBACK = {"all-features", "process-metrics", "process-metrics-logs-only", "virtual-gpus"}
 
 
 @dataclass
@@ -254,6 +280,14 @@ def test_helm_lint_strict(helm: str, values: dict[str, Any], tmp_path: Path) -> 
     {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}},
     {"kubeletRoot": "var/lib/kubelet"},
     {"unknownValue": 1},
+    {"processMetrics": {"enabled": "yes"}},
+    {"processMetrics": {"procAccess": "nsenter"}},
+    {"processMetrics": {"kubernetesApi": "false"}},
+    {"processMetrics": {"logRoot": "/var/log"}},
+    {"kubernetes": {"podLabels": {"allowlistRegex": "^app$"}}},
+    {"kubernetes": {"podLabels": {"allowlistRegex": ["^app$,^team$"]}}},
+    {"kubernetes": {"podLabels": True}},
+    {"kubernetes": {"podUid": {"enabled": 1}}},
 ], ids=lambda v: yaml.safe_dump(v, default_flow_style=True).strip())
 def test_schema_rejects_bad_values(helm: str, values: dict[str, Any], tmp_path: Path) -> None:
     result = helm_template(helm, CHART, write_values(tmp_path, "bad", values), check=False)
@@ -264,44 +298,172 @@ def test_schema_rejects_bad_values(helm: str, values: dict[str, Any], tmp_path: 
 # Every rendered manifest is valid Kubernetes.
 
 @pytest.mark.parametrize("name", list(COMBINATIONS))
-def test_manifests_validate(name: str, rendered: dict[str, Rendered],
+def test_manifests_validate(name: str, helm: str, test_chart: Path,
                             kubernetes_versions: list[str], tmp_path: Path) -> None:
-    manifest = tmp_path / "manifest.yaml"
-    manifest.write_text(rendered[name].text)
-    command = [kubeval_python(), "-m", "kubernetes_validate", "--strict"]
+    """Rendered for each Kubernetes version (as `helm install` renders for the cluster's, which
+    decides e.g. recursiveReadOnly) and validated against that version's schemas."""
+    values, args = COMBINATIONS[name]
+    values_file = write_values(tmp_path, name, values)
     for version in kubernetes_versions:
-        command += ["-k", version]
-    # A file, not stdin: kubernetes-validate reads stdin once, whatever the number of versions.
-    result = subprocess.run([*command, str(manifest)], capture_output=True, text=True,
-                            timeout=120, check=False)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    core = [d for d in rendered[name].docs if d["kind"] not in CUSTOM_RESOURCES]
-    passed = [line for line in output.splitlines()
-              if line.startswith("INFO") and " passed " in line]
-    assert len(passed) == len(core) * len(kubernetes_versions), output
-    for line in output.splitlines():
-        if line.startswith("WARN"):
-            assert any(f"kind {kind} " in line for kind in CUSTOM_RESOURCES), line
-        else:
-            assert line.startswith("INFO"), line
+        text = helm_template(helm, test_chart, values_file, *args,
+                             "--kube-version", version).stdout
+        manifest = tmp_path / f"manifest-{version}.yaml"
+        manifest.write_text(text)
+        command = [kubeval_python(), "-m", "kubernetes_validate", "--strict", "-k", version]
+        # A file, not stdin.
+        result = subprocess.run([*command, str(manifest)], capture_output=True, text=True,
+                                timeout=120, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output
+        docs = [d for d in yaml.safe_load_all(text) if d]
+        core = [d for d in docs if d["kind"] not in CUSTOM_RESOURCES]
+        passed = [line for line in output.splitlines()
+                  if line.startswith("INFO") and " passed " in line]
+        assert len(passed) == len(core), output
+        for line in output.splitlines():
+            if line.startswith("WARN"):
+                assert any(f"kind {kind} " in line for kind in CUSTOM_RESOURCES), line
+            else:
+                assert line.startswith("INFO"), line
 
 
 # What matters, in every combination.
 
 @pytest.mark.parametrize("name", list(COMBINATIONS))
-def test_never_rbac_privileged_or_sys_admin(name: str, rendered: dict[str, Rendered]) -> None:
+def test_never_privileged_or_sys_admin(name: str, rendered: dict[str, Rendered]) -> None:
+    """Whatever the features: the same container security context (the /proc files process
+    metrics read are world-readable), no privilege, no host network."""
     r = rendered[name]
-    assert not RBAC_KINDS & set(r.kinds())
-    assert not any(kind.endswith("Binding") for kind in r.kinds())
     assert r.container["securityContext"] == SECURITY_CONTEXT
     assert "SYS_ADMIN" not in r.text
     assert "privileged: true" not in r.text
     assert "hostNetwork" not in r.pod
-    assert r.pod["automountServiceAccountToken"] is False
-    for account in r.all("ServiceAccount"):
+    for account in r.all("ServiceAccount"):  # the account never hands out a token itself
         assert account["automountServiceAccountToken"] is False
-    assert r.pod.get("hostPID", False) is bool(r.values.get("hostPID", False))
+    hostpid = bool(r.values.get("hostPID", False)) or PROC_ACCESS.get(name) == "hostPID"
+    assert r.pod["hostPID"] is hostpid
+
+
+@pytest.mark.parametrize("name", list(COMBINATIONS))
+def test_rbac_and_token_only_for_the_kubernetes_api(name: str,
+                                                    rendered: dict[str, Rendered]) -> None:
+    """A ClusterRole with get/list/watch on pods, its binding to the pods' account, and the
+    token: all three exactly when a feature reads the Kubernetes API, none otherwise."""
+    r = rendered[name]
+    api = name in KUBERNETES_API
+    assert r.pod["automountServiceAccountToken"] is api
+    if not api:
+        assert not RBAC_KINDS & set(r.kinds())
+        return
+    assert RBAC_KINDS & set(r.kinds()) == {"ClusterRole", "ClusterRoleBinding"}
+    role, binding = r.one("ClusterRole"), r.one("ClusterRoleBinding")
+    assert role["rules"] == POD_READER_RULES
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount",
+                                    "name": r.pod["serviceAccountName"],
+                                    "namespace": NAMESPACE}]
+    # The exporter agrees that it reads the API, for this node's pods.
+    config, _ = parse_config(r.container["args"], {"NODE_NAME": "node-a"})
+    assert config.kube_api and config.node_name == "node-a"
+
+
+def test_rbac_binds_the_default_account_without_a_created_one(
+        rendered: dict[str, Rendered]) -> None:
+    r = rendered["pod-labels-and-uid"]
+    assert "ServiceAccount" not in r.kinds() and r.pod["serviceAccountName"] == "default"
+    assert r.one("ClusterRoleBinding")["subjects"][0]["name"] == "default"
+
+
+@pytest.mark.parametrize("name", list(COMBINATIONS))
+def test_host_proc_and_logs_follow_the_exporter(name: str,
+                                                 rendered: dict[str, Rendered]) -> None:
+    """The host's /proc and log directories are there exactly when the exporter reads them,
+    where its flags say, read-only."""
+    r = rendered[name]
+    config, _ = parse_config(r.container["args"], {"NODE_NAME": "node-a"})
+    access = PROC_ACCESS.get(name)
+    assert config.reads_proc is (access is not None)
+    assert config.process_metrics is bool(r.values.get("processMetrics", {}).get("enabled"))
+    volumes = {v["name"]: v for v in r.pod["volumes"]}
+    mounts = {m["name"]: m for m in r.container["volumeMounts"]}
+    if access == "hostPath":
+        assert volumes["host-proc"]["hostPath"] == {"path": "/proc", "type": "Directory"}
+        assert str(config.proc_root) == HOST_PROC
+        assert mounts["host-proc"]["mountPath"] == HOST_PROC
+        assert mounts["host-proc"]["readOnly"] is True
+        # helm template renders for Kubernetes 1.32 here: submounts read-only too.
+        assert mounts["host-proc"]["recursiveReadOnly"] == "IfPossible"
+    else:
+        assert "host-proc" not in volumes and "host-proc" not in mounts
+        assert not any(v.get("hostPath", {}).get("path") == "/proc" for v in volumes.values())
+    if access == "hostPID":
+        assert r.pod["hostPID"] is True and str(config.proc_root) == "/proc"
+    logs = {"pod-logs": "pods", "container-logs": "containers"}
+    if name in LOG_FALLBACK:
+        assert str(config.kubelet_log_root) == LOG_ROOT
+        for volume, directory in logs.items():
+            assert volumes[volume]["hostPath"] == {"path": f"/var/log/{directory}",
+                                                   "type": "Directory"}
+            assert mounts[volume] == {"name": volume, "readOnly": True,
+                                      "mountPath": f"{config.kubelet_log_root}/{directory}"}
+    else:
+        assert not set(logs) & set(volumes) and not set(logs) & set(mounts)
+        assert not any(a.startswith("--kubelet-log-root") for a in r.container["args"])
+    if access is None:
+        assert not any(a.startswith(("--proc-root", "--process-metrics"))
+                       for a in r.container["args"])
+    # Every hostPath is one of these, and every hostPath mount is read-only.
+    known = {"/proc", "/var/log/pods", "/var/log/containers",
+             f"{r.values.get('kubeletRoot', '/var/lib/kubelet')}/pod-resources"}
+    for volume in volumes.values():
+        if "hostPath" in volume:
+            assert volume["hostPath"]["path"] in known
+            assert mounts[volume["name"]]["readOnly"] is True
+
+
+def test_recursive_read_only_only_where_the_api_has_it(helm: str, test_chart: Path,
+                                                       tmp_path: Path) -> None:
+    """recursiveReadOnly (beta, on by default, in 1.31) is not rendered for older clusters,
+    whose API servers do not know the field."""
+    values = write_values(tmp_path, "v", {"processMetrics": {"enabled": True}})
+    for version, expected in (("1.30.0", None), ("1.31.0", "IfPossible")):
+        text = helm_template(helm, test_chart, values, "--kube-version", version).stdout
+        daemonset = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "DaemonSet")
+        (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "host-proc")
+        assert mount.get("recursiveReadOnly") == expected, version
+
+
+def test_process_metrics_without_the_api(rendered: dict[str, Rendered]) -> None:
+    """kubernetesApi: false: no RBAC, no token, and the exporter is told never to call the
+    API (--kubernetes-api=false): pods are named from the log directories."""
+    for name in ("process-metrics-logs-only", "process-metrics-hostpid-no-api"):
+        r = rendered[name]
+        config, _ = parse_config(r.container["args"], {"NODE_NAME": "node-a"})
+        assert config.process_metrics and config.reads_proc and not config.kube_api
+        assert r.pod["automountServiceAccountToken"] is False
+        assert not RBAC_KINDS & set(r.kinds())
+    hostpid = rendered["process-metrics-hostpid-no-api"]
+    assert not any("hostPath" in v for v in hostpid.pod["volumes"])  # kubernetes off too
+
+
+def test_pod_labels_and_uid_flags(rendered: dict[str, Rendered]) -> None:
+    r = rendered["all-features"]
+    args = r.container["args"]
+    assert "--kubernetes-enable-pod-labels" in args and "--kubernetes-enable-pod-uid" in args
+    assert f"--kubernetes-pod-label-allowlist-regex={','.join(ALLOWLIST)}" in args
+    config, _ = parse_config(args, {"NODE_NAME": "node-a"})
+    assert config.pod_labels and config.pod_uid and config.process_metrics
+    assert config.pod_label_allowlist == tuple(ALLOWLIST)
+    plain = rendered["pod-labels-and-uid"]
+    config, _ = parse_config(plain.container["args"], {})
+    assert config.pod_labels and config.pod_uid and config.pod_label_allowlist == ()
+    assert not config.process_metrics and not config.reads_proc
+    assert not any(a.startswith("--kubernetes-pod-label-allowlist-regex")
+                   for a in plain.container["args"])
+    only_uid, _ = parse_config(rendered["pod-uid"].container["args"], {})
+    assert only_uid.pod_uid and not only_uid.pod_labels
 
 
 @pytest.mark.parametrize("name", list(COMBINATIONS))
@@ -333,7 +495,7 @@ def test_container_basics(name: str, rendered: dict[str, Rendered]) -> None:
 def test_pod_resources_socket(name: str, rendered: dict[str, Rendered]) -> None:
     r = rendered[name]
     root = r.values.get("kubeletRoot", "/var/lib/kubelet")
-    volume = next(v for v in r.pod["volumes"] if "hostPath" in v)
+    volume = next(v for v in r.pod["volumes"] if v["name"] == "pod-resources")
     assert volume["hostPath"] == {"path": f"{root}/pod-resources", "type": "Directory"}
     mount = next(m for m in r.container["volumeMounts"] if m["name"] == volume["name"])
     assert mount == {"name": volume["name"], "mountPath": SOCKET_DIR, "readOnly": True}
@@ -341,7 +503,8 @@ def test_pod_resources_socket(name: str, rendered: dict[str, Rendered]) -> None:
     assert f"--pod-resources-kubelet-socket={SOCKET_DIR}/kubelet.sock" in r.container["args"]
     config, _ = parse_config(r.container["args"], {})
     assert config.kubernetes and str(config.kubelet_socket) == f"{SOCKET_DIR}/kubelet.sock"
-    assert [v for v in r.pod["volumes"] if "hostPath" in v] == [volume]
+    if name not in PROC_ACCESS:  # else the host's /proc and logs too (tested below)
+        assert [v for v in r.pod["volumes"] if "hostPath" in v] == [volume]
 
 
 def test_kubernetes_off_mounts_nothing_from_the_host(rendered: dict[str, Rendered]) -> None:
@@ -359,6 +522,10 @@ def test_defaults(rendered: dict[str, Rendered], test_chart: Path) -> None:
     dashboards = list((test_chart / "files" / "dashboards").glob("*.json"))
     assert len(r.all("ConfigMap")) == 1 + len(dashboards)
     assert set(r.kinds()) == {"ConfigMap", "DaemonSet", "Service", "ServiceAccount"}
+    # No RBAC, no token, no host /proc, logs or PID namespace: the kubelet's socket only.
+    assert r.pod["automountServiceAccountToken"] is False and r.pod["hostPID"] is False
+    assert [v["hostPath"]["path"] for v in r.pod["volumes"] if "hostPath" in v] == [
+        "/var/lib/kubelet/pod-resources"]
     assert "ServiceMonitor" not in r.kinds() and "PrometheusRule" not in r.kinds()
     assert r.pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert r.pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
@@ -372,6 +539,8 @@ def test_defaults(rendered: dict[str, Rendered], test_chart: Path) -> None:
     assert (config.collect_interval_ms, config.log_format, config.debug) == (5000, "text", False)
     assert config.hostname == "node-a" and config.gpu_id_type == "uid"
     assert not config.virtual_gpus and config.extra_resources == frozenset()
+    assert not (config.process_metrics or config.reads_proc or config.kube_api)
+    assert not (config.pod_labels or config.pod_uid)
     service = r.one("Service")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9400,
@@ -411,7 +580,9 @@ def test_all_flags_reach_the_container(rendered: dict[str, Rendered]) -> None:
     for flag in ("--collect-interval=1000", "--kubernetes-virtual-gpus", "--no-hostname",
                  "--debug", "--log-format=json", "--kubernetes-gpu-id-type=device-name",
                  "--nvidia-resource-names=nvidia.com/gpu.shared,nvidia.com/gpu.mps",
-                 "--address=:9500"):
+                 "--address=:9500", "--process-metrics", f"--proc-root={HOST_PROC}",
+                 f"--kubelet-log-root={LOG_ROOT}", "--kubernetes-enable-pod-labels",
+                 "--kubernetes-enable-pod-uid"):
         assert flag in args
     assert args[-1] == "--devices=g"  # extraArgs come last
     config, warnings = parse_config(args, {"NODE_NAME": "node-a"})

@@ -74,6 +74,12 @@ def test_process_and_pod_label_flags() -> None:
     assert config.node_name == "gpu-node-7"
     plain, _ = parse_config([], {})
     assert not plain.kube_api and not plain.reads_proc, "nothing reads the API or /proc unasked"
+    no_api, warnings = parse_config(["--process-metrics", "--kubernetes-api=false",
+                                     "--kubernetes-enable-pod-uid"], {})
+    assert no_api.reads_proc and not no_api.kube_api, "names from the log directories only"
+    assert warnings == ["--kubernetes-enable-pod-labels and --kubernetes-enable-pod-uid need "
+                        "the Kubernetes API, which --kubernetes-api=false switches off: no pod "
+                        "labels or UIDs"]
     with pytest.raises(UsageError, match="invalid regular expression '\\('"):
         parse_config(["--kubernetes-pod-label-allowlist-regex", "("], {})
 

@@ -93,3 +93,34 @@ default socket path lives there, whatever kubeletRoot is on the node. */}}
 {{- define "gpu-enricher.prometheusRuleEnabled" -}}
 {{- include "gpu-enricher.crdEnabled" (list . .Values.prometheusRule.enabled "monitoring.coreos.com/v1/PrometheusRule") }}
 {{- end }}
+
+{{/* "true" when the exporter reads the host's processes: process metrics, or virtual GPUs
+with pod attribution (a shared GPU's memory and utilisation split per pod from its processes).
+Mirrors the exporter's Config.reads_proc. */}}
+{{- define "gpu-enricher.readsProc" -}}
+{{- if or .Values.processMetrics.enabled (and .Values.kubernetes.enabled .Values.kubernetes.virtualGpus) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when a feature reads pods from the Kubernetes API: the pods-only ClusterRole, its
+binding and the service-account token come with it. Mirrors the exporter's Config.kube_api,
+less process metrics when processMetrics.kubernetesApi is false. */}}
+{{- define "gpu-enricher.kubeApi" -}}
+{{- if or (and .Values.processMetrics.enabled .Values.processMetrics.kubernetesApi) .Values.kubernetes.podLabels.enabled .Values.kubernetes.podUid.enabled }}true{{ end }}
+{{- end }}
+
+{{/* Whether the pod shares the host's PID namespace: the hostPID value, or process access
+through it. */}}
+{{- define "gpu-enricher.hostPID" -}}
+{{- if or .Values.hostPID (and (include "gpu-enricher.readsProc" .) (eq .Values.processMetrics.procAccess "hostPID")) }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/* The host's /proc as the container sees it (--proc-root). */}}
+{{- define "gpu-enricher.procRoot" -}}
+{{- if eq .Values.processMetrics.procAccess "hostPID" }}/proc{{ else }}/host/proc{{ end }}
+{{- end }}
+
+{{/* Where the host's /var/log/pods and /var/log/containers are mounted: LOG_ROOT/pods and
+LOG_ROOT/containers (--kubelet-log-root). */}}
+{{- define "gpu-enricher.logRoot" -}}
+/host/var/log
+{{- end }}
