@@ -9,12 +9,19 @@ from dataclasses import dataclass
 from .counters import CounterPlan
 from .devices import EMPTY_ATTRIBUTION, Attribution, attribute
 from .join import PodContext, dcgm_families
-from .model import AssignmentSnapshot, NodeSnapshot, PodDirectory, ProcessTable
+from .model import AssignmentSnapshot, NodeSnapshot, PodAssignment, PodDirectory, ProcessTable
 from .podlabels import NO_POLICY, PodLabelPolicy
 from .process_families import process_families
 from .query import Document, gpus_document
 from .render import Family
-from .workloads import GpuProcess, PodIndex, gpu_processes, live_holders, per_pod
+from .workloads import (
+    Allocation,
+    GpuProcess,
+    PodIndex,
+    gpu_processes,
+    live_holders,
+    per_pod,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,24 @@ def _attribution(inputs: CycleInputs, extra: Collection[str], pods: PodIndex) ->
     return live_holders(found, pods) if pods.by_name else found
 
 
+def _allocation(inputs: CycleInputs, pods: PodIndex) -> Allocation | None:
+    """Every holder of every resource, and the devices the device plugin manages; None unless
+    the kubelet's last `List` answered (a process is never called unallocated on an old
+    answer: its pod may have been given the GPU since)."""
+    answer = inputs.assignments
+    if inputs.node is None or answer is None or not answer.up or answer.age_seconds is None:
+        return None
+    offered = answer.allocatable or ()
+    resources = {a.resource for a in answer.assignments} | {d.resource for d in offered}
+    held = attribute(inputs.node.gpus, answer.assignments, resources, answer.pod_age)
+    if pods.by_name:
+        held = live_holders(held, pods)
+    free = attribute(inputs.node.gpus,
+                     [PodAssignment("", "", "", d.resource, d.device_ids) for d in offered],
+                     resources)
+    return Allocation(held.holders, frozenset(held.holders) | frozenset(free.holders))
+
+
 def _proc_usable(inputs: CycleInputs) -> bool:
     """Whether /proc told us anything: NVML reported processes but the table has none of
     them when the exporter sees its own /proc instead of the host's (no hostPID, no mount).
@@ -67,14 +92,11 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
     api = PodIndex.of(inputs.api_pods)
     attribution = (_attribution(inputs, options.extra_resources, api)
                    if inputs.node is not None and inputs.assignments is not None else None)
-    # Holders are known only while the kubelet's answer is current: otherwise no process
-    # can be called unallocated.
-    current = attribution if inputs.assignments is not None and \
-        inputs.assignments.age_seconds is not None else None
+    logs = PodIndex.of(inputs.log_pods)
     processes: tuple[GpuProcess, ...] = ()
     if inputs.node is not None and inputs.processes is not None:
-        indexes = [api, PodIndex.of(inputs.log_pods)]
-        processes = gpu_processes(inputs.node, inputs.processes, indexes, current)
+        processes = gpu_processes(inputs.node, inputs.processes, [api, logs],
+                                  _allocation(inputs, api))
     families: list[Family] = []
     if inputs.node is not None and inputs.plan is not None:
         # A pod label named like a label-type field of this counters file is prefixed too.
@@ -83,7 +105,8 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
                   if options.pod_policy.labels and inputs.plan.label_fields
                   else options.pod_policy)
         usage = per_pod(processes) if _proc_usable(inputs) else None
-        context = PodContext(api, policy, usage)
+        uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
+        context = PodContext(api, policy, usage, uids)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context)
         if options.process_metrics:

@@ -27,6 +27,8 @@ class PodContext:
     usage: Mapping[tuple[EntityKey, str, str], tuple[int, float | None]] | None = None
     """(device, namespace, pod) → (bytes, SM ratio) from its processes; None: no per-process
     attribution, so a shared device's values are repeated, not split."""
+    uids: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    """(namespace, pod) → UID from the kubelet's log names, for pods the API does not know."""
 
 
 NO_PODS = PodContext()
@@ -69,58 +71,82 @@ def _label_text(value: FieldValue) -> str:
     return value if isinstance(value, str) else format_value(value)
 
 
+Pairs = list[tuple[str, str]]
+
+
 def _entity_labels(
     gpu: GpuSnapshot,
     instance: GpuInstance | None,
     hostname: str | None,
     label_fields: tuple[str, ...],
     parent_values: Mapping[str, FieldValue],
-) -> str:
-    pairs = identity_pairs(gpu)
+) -> tuple[Pairs, Pairs]:
+    """(identity, MIG and Hostname pairs; label-type field pairs)."""
+    head = identity_pairs(gpu)
     if instance is not None:
-        pairs.append((names.LABEL_GPU_I_PROFILE, instance.profile))
-        pairs.append((names.LABEL_GPU_I_ID, str(instance.gpu_instance_id)))
+        head.append((names.LABEL_GPU_I_PROFILE, instance.profile))
+        head.append((names.LABEL_GPU_I_ID, str(instance.gpu_instance_id)))
     if hostname is not None:
-        pairs.append((names.LABEL_HOSTNAME, hostname))
-    for field in label_fields:
-        value = parent_values.get(field)
-        if value is not None:
-            pairs.append((field, _label_text(value)))
-    return label_pairs(pairs)
+        head.append((names.LABEL_HOSTNAME, hostname))
+    fields = [(field, _label_text(value)) for field in label_fields
+              if (value := parent_values.get(field)) is not None]
+    return head, fields
 
 
-def _pod_labels(holder: Holder, vgpu: bool, pods: PodContext) -> str:
-    pairs = [(names.LABEL_CONTAINER, holder.container), (names.LABEL_NAMESPACE, holder.namespace),
+def _labels(head: Pairs, fields: Pairs, holder: Holder | None, vgpu: bool,
+            pods: PodContext) -> str:
+    """dcgm-exporter's order: identity, Hostname, then its label map (label-type fields and
+    the pod's own labels, sorted), then its attribute map (container, namespace, pod, pod_uid,
+    vgpu, sorted): Go templates range over maps in key order (its kubernetes.go copies pod
+    labels into the label map)."""
+    if holder is None:
+        return label_pairs(head + fields)
+    attrs = [(names.LABEL_CONTAINER, holder.container), (names.LABEL_NAMESPACE, holder.namespace),
              (names.LABEL_POD, holder.pod)]
     if vgpu and holder.replica is not None:
-        pairs.append((names.LABEL_VGPU, holder.replica))
+        attrs.append((names.LABEL_VGPU, holder.replica))
     if pods.policy.enabled:
-        pairs.extend(pods.policy.pairs(pods.index.by_name.get((holder.namespace, holder.pod))))
-    return "," + label_pairs(sorted(pairs))  # sorted, as dcgm-exporter ranges over a map
+        meta = pods.index.by_name.get((holder.namespace, holder.pod))
+        extra = pods.policy.pairs(meta, pods.uids.get((holder.namespace, holder.pod), ""))
+        attrs += [p for p in extra if p[0] == names.LABEL_POD_UID]
+        fields = sorted(fields + [p for p in extra if p[0] != names.LABEL_POD_UID])
+    return label_pairs(head + fields + sorted(attrs))
 
 
-def _split(key: EntityKey, holder: Holder, pods: PodContext) -> Mapping[str, FieldValue]:
+def _split(key: EntityKey, holder: Holder, pods: PodContext,
+           first_of_pod: bool) -> Mapping[str, FieldValue]:
     """A shared device's per-pod memory (MiB) and utilisation (%) from the pod's processes,
-    0 for a pod without one (dcgm-exporter's 2026 virtual-GPU semantics)."""
+    0 for a pod without one (dcgm-exporter's 2026 virtual-GPU semantics). A pod holding
+    several replicas gets its figures on its first one and 0 on the others, so that a sum
+    over the pod's series is its use, not a multiple of it."""
     if pods.usage is None:
         return {}
     memory, sm = pods.usage.get((key, holder.namespace, holder.pod), (0, None))
+    if not first_of_pod:
+        memory, sm = 0, None
     return {"DCGM_FI_DEV_FB_USED": memory // MIB,
             "DCGM_FI_DEV_GPU_UTIL": min(100, round(100 * (sm or 0.0)))}
 
 
-def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey, labels: str,
-                  holders: tuple[Holder, ...], virtual_gpus: bool,
+def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey,
+                  labels: tuple[Pairs, Pairs], holders: tuple[Holder, ...], virtual_gpus: bool,
                   pods: PodContext) -> list[Entity]:
     """Series of a held device carry its pod; a shared one carries either its first holder
     (sorted: labels never flip between scrapes) or, with virtual GPUs, each holder in turn."""
+    head, fields = labels
     if not holders:
-        return [Entity(gpu, inst, labels)]
+        return [Entity(gpu, inst, _labels(head, fields, None, False, pods))]
     if not virtual_gpus:
-        return [Entity(gpu, inst, labels + _pod_labels(holders[0], False, pods))]
+        return [Entity(gpu, inst, _labels(head, fields, holders[0], False, pods))]
     shared = len({(h.namespace, h.pod) for h in holders}) > 1
-    return [Entity(gpu, inst, labels + _pod_labels(h, True, pods),
-                   _split(key, h, pods) if shared else {}) for h in holders]
+    seen: set[tuple[str, str]] = set()
+    result = []
+    for holder in holders:
+        pod = (holder.namespace, holder.pod)
+        split = _split(key, holder, pods, pod not in seen) if shared else {}
+        seen.add(pod)
+        result.append(Entity(gpu, inst, _labels(head, fields, holder, True, pods), split))
+    return result
 
 
 def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,

@@ -87,6 +87,16 @@ class PodIndex:
 EMPTY_INDEX: Final = PodIndex({}, {}, {})
 
 
+def _holder_uids(holder: Holder, indexes: Sequence[PodIndex]) -> set[str]:
+    """Every UID a source gives the holder's pod (API UID, a static pod's config hash)."""
+    uids: set[str] = set()
+    for index in indexes:
+        meta = index.by_name.get((holder.namespace, holder.pod))
+        if meta is not None:
+            uids.update(u for u in (meta.uid, meta.mirror_uid) if u)
+    return uids
+
+
 def resolve(ref: ContainerRef, indexes: Sequence[PodIndex],
             holders: Sequence[Holder]) -> Workload | None:
     """The first source that names the container wins; one that names only the pod is
@@ -103,12 +113,44 @@ def resolve(ref: ContainerRef, indexes: Sequence[PodIndex],
             return Workload(found.namespace, found.pod, found.container, uid)
         partial = partial or found
     pods = {(h.namespace, h.pod) for h in holders}
-    if len(pods) == 1:  # exactly one pod holds the device: the process is that pod's
+    if len(pods) == 1:  # exactly one pod holds the device: the process may be that pod's
         only = min(holders)
+        known = _holder_uids(only, indexes)
+        if known and ref.pod_uid not in known:
+            return partial  # another pod's process on the holder's GPU: never hide it
         if partial is None or (partial.namespace, partial.pod) == (only.namespace, only.pod):
-            uid = partial.pod_uid if partial is not None else ""
+            uid = (partial.pod_uid if partial is not None else "") or ref.pod_uid
             return Workload(only.namespace, only.pod, only.container, uid)
     return partial
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """What the kubelet gave out, to tell whether a process's pod was given its GPU.
+
+    `holders` covers every resource whose device IDs resolve to a device of this node, not
+    only the ones whose series carry pod labels (`nvidia.com/gpu.shared` without
+    `--nvidia-resource-names` still counts). `managed`: the devices the device plugin hands
+    out (held or allocatable); on any other (a GPU given through DRA, a device the kubelet
+    does not report) nothing can be decided.
+    """
+
+    holders: Mapping[EntityKey, tuple[Holder, ...]]
+    managed: frozenset[EntityKey]
+
+    def keys(self, gpu: GpuSnapshot, key: EntityKey) -> list[EntityKey]:
+        """The devices a process may belong to: on a MIG GPU, a process whose GPU instance is
+        unknown may be any instance's."""
+        if key[1] is None and gpu.mig_enabled and gpu.instances:
+            return [key, *((key[0], i.gpu_instance_id) for i in gpu.instances)]
+        return [key]
+
+    def decide(self, gpu: GpuSnapshot, key: EntityKey, work: Workload) -> bool | None:
+        keys = self.keys(gpu, key)
+        if not any(k in self.managed for k in keys):
+            return None
+        return any((h.namespace, h.pod) == (work.namespace, work.pod)
+                   for k in keys for h in self.holders.get(k, ()))
 
 
 def _entity(gpu: GpuSnapshot, sample: ProcessSample) -> tuple[EntityKey, GpuInstance | None]:
@@ -124,24 +166,22 @@ def gpu_processes(
     node: NodeSnapshot,
     table: ProcessTable,
     indexes: Sequence[PodIndex],
-    attribution: Attribution | None,
+    allocation: Allocation | None,
 ) -> tuple[GpuProcess, ...]:
-    """Every process of every healthy GPU, attributed. `attribution` None: the kubelet's
-    holders are unknown, so no process is called unallocated."""
+    """Every process of every healthy GPU, attributed. `allocation` None: the kubelet's
+    current answer is unknown, so no process is called unallocated."""
     result: list[GpuProcess] = []
     for gpu in node.gpus:
         if not gpu.healthy:
             continue
         for sample in gpu.processes:
             key, instance = _entity(gpu, sample)
-            holders = attribution.holders.get(key, ()) if attribution is not None else ()
+            holders = allocation.holders.get(key, ()) if allocation is not None else ()
             host = table.processes.get(sample.pid)
             workload = (resolve(host.container, indexes, holders)
                         if host is not None and host.container is not None else None)
-            allocated = None
-            if workload is not None and attribution is not None:
-                allocated = any((h.namespace, h.pod) == (workload.namespace, workload.pod)
-                                for h in holders)
+            allocated = (allocation.decide(gpu, key, workload)
+                         if workload is not None and allocation is not None else None)
             result.append(GpuProcess(key, gpu, instance, sample,
                                      host.name if host is not None else "", workload, allocated))
     return tuple(result)

@@ -314,16 +314,18 @@ def test_shared_mig_instance_split_keeps_gpu_util_absent() -> None:
         pytest.param(PodLabelPolicy(uid=True),
                      f'container="main",namespace="ml",pod="pod-a",pod_uid="{UID_A}",vgpu="0"',
                      id="uid"),
+        # dcgm-exporter copies pod labels into its label map (with the label-type fields),
+        # before the attribute map (container, namespace, pod, pod_uid, vgpu); each sorted.
         pytest.param(PodLabelPolicy(labels=True, uid=True),
-                     'Team="x",app_kubernetes_io_name="trainer",container="main",'
-                     'namespace="ml",pod="pod-a",pod_label_pod="clash",'
-                     f'pod_uid="{UID_A}",vgpu="0",zone="z"', id="labels-and-uid-sorted"),
+                     'Team="x",app_kubernetes_io_name="trainer",pod_label_pod="clash",zone="z",'
+                     f'container="main",namespace="ml",pod="pod-a",pod_uid="{UID_A}",vgpu="0"',
+                     id="labels-then-attributes"),
         pytest.param(PodLabelPolicy(labels=True, allowlist=("^zone$",)),
-                     'container="main",namespace="ml",pod="pod-a",vgpu="0",zone="z"',
+                     'zone="z",container="main",namespace="ml",pod="pod-a",vgpu="0"',
                      id="allowlisted"),
     ],
 )
-def test_pod_labels_sorted_among_attribute_labels(policy: PodLabelPolicy, attrs: str) -> None:
+def test_pod_labels_before_the_attribute_labels(policy: PodLabelPolicy, attrs: str) -> None:
     meta = PodMeta(UID_A, "ml", "pod-a", labels={
         "zone": "z", "app.kubernetes.io/name": "trainer", "Team": "x", "pod": "clash"})
     context = PodContext(PodIndex.of(PodDirectory((meta,), synced=True)), policy)
@@ -340,3 +342,26 @@ def test_pod_unknown_to_the_api_gets_no_pod_labels() -> None:
     families = dcgm_families(NodeSnapshot((SHARED,)), plan(), None, attribution, True, context)
     assert series(families, "DCGM_FI_DEV_GPU_TEMP") == [
         f"DCGM_FI_DEV_GPU_TEMP{{{ID0},{holder_labels('pod-a', '0')}}} 40"]
+
+
+def test_a_pod_holding_two_replicas_counts_its_use_once() -> None:
+    """pod-a holds replicas 0 and 2 of a GPU shared with pod-b: its memory and utilisation
+    go on its first replica's series and 0 on the other, so sum by (pod) is its real use."""
+    holders = Attribution({(0, None): (shared_holder("pod-a", "0"), shared_holder("pod-a", "2"),
+                                       shared_holder("pod-b", "1"))})
+    families = dcgm_families(NodeSnapshot((SHARED,)), plan(), None, holders, True,
+                             PodContext(usage=USAGE))
+    assert series(families, "DCGM_FI_DEV_FB_USED") == [
+        f"DCGM_FI_DEV_FB_USED{{{ID0},{holder_labels('pod-a', '0')}}} 3",
+        f"DCGM_FI_DEV_FB_USED{{{ID0},{holder_labels('pod-a', '2')}}} 0",
+        f"DCGM_FI_DEV_FB_USED{{{ID0},{holder_labels('pod-b', '1')}}} 1"]
+
+
+def test_pod_uid_from_the_log_names_when_the_api_does_not_know_the_pod() -> None:
+    context = PodContext(PodIndex.of(None), PodLabelPolicy(uid=True),
+                         uids={("ml", "pod-a"): UID_A})
+    holders = Attribution({(0, None): (shared_holder("pod-a", "0"),)})
+    families = dcgm_families(NodeSnapshot((SHARED,)), plan(), None, holders, False, context)
+    assert series(families, "DCGM_FI_DEV_GPU_TEMP") == [
+        f'DCGM_FI_DEV_GPU_TEMP{{{ID0},container="main",namespace="ml",pod="pod-a",'
+        f'pod_uid="{UID_A}"}} 40']

@@ -28,7 +28,7 @@ from gpu_enricher.model import (
 from gpu_enricher.podlabels import PodLabelPolicy
 from gpu_enricher.query import encode, filtered, gpus_document
 from gpu_enricher.render import Exposition
-from gpu_enricher.workloads import PodIndex, gpu_processes
+from gpu_enricher.workloads import Allocation, PodIndex, gpu_processes
 
 UUID0 = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 UUID1 = "GPU-0451a3f1-7953-256e-8f33-1343419b1a1c"
@@ -90,9 +90,16 @@ ATTRIBUTION = Attribution({(0, None): (HOLD_TRAIN,), (1, 1): (HOLD_NOTE,),
                            (1, 5): (HOLD_INFER,)})
 
 
+def managed(attribution: Attribution) -> Allocation:
+    """Every device of NODE is one the device plugin hands out."""
+    keys = {(g.identity.index, None) for g in NODE.gpus}
+    keys |= {(g.identity.index, i.gpu_instance_id) for g in NODE.gpus for i in g.instances}
+    return Allocation(attribution.holders, frozenset(keys))
+
+
 def document(attribution: Attribution = ATTRIBUTION) -> dict[str, Any]:
     index = PodIndex.of(PODS)
-    procs = gpu_processes(NODE, TABLE, [index], attribution)
+    procs = gpu_processes(NODE, TABLE, [index], managed(attribution))
     return gpus_document(NODE, attribution, procs, index, "node-a", 1700000000.5, True)
 
 
@@ -256,7 +263,7 @@ def test_tables_without_processes(process_metrics: bool, message: str) -> None:
 
 def test_tables_vanished_process_name() -> None:
     index = PodIndex.of(PODS)
-    procs = gpu_processes(NODE, ProcessTable({}), [index], ATTRIBUTION)
+    procs = gpu_processes(NODE, ProcessTable({}), [index], managed(ATTRIBUTION))
     doc = gpus_document(NODE, ATTRIBUTION, procs, index, None, None, True)
     assert rows(tables(doc), "GPU  GI  PID")["100"][3] == "?"
 
@@ -326,8 +333,8 @@ def test_compose_end_to_end() -> None:
     text, doc = cycle(age=1.0)
     ident = (f'gpu="0",UUID="{UUID0}",pci_bus_id="00000000:31:00.0",device="nvidia0",'
              'modelName="NVIDIA L4",Hostname="node-a"')
-    train = (f'container="trainer",namespace="ml",pod="train-0",pod_uid="{UID_TRAIN}",'
-             'team="vision",vgpu="0"')
+    train = (f'team="vision",container="trainer",namespace="ml",pod="train-0",'
+             f'pod_uid="{UID_TRAIN}",vgpu="0"')
     note = f'container="jupyter",namespace="dev",pod="notebook",pod_uid="{UID_NOTE}",vgpu="1"'
     lines = text.splitlines()
     # Holders in sorted order (dev before ml); old-job finished: its holder is dropped.
@@ -415,3 +422,29 @@ def test_compose_prefixes_a_pod_label_named_like_a_label_field() -> None:
     line = Exposition.from_families(out.families).text.decode().splitlines()[2]
     assert 'DCGM_FI_DRIVER_VERSION="580.1"' in line
     assert 'pod_label_DCGM_FI_DRIVER_VERSION="mine"' in line
+
+
+def test_compose_a_renamed_shared_resource_still_counts_as_allocated() -> None:
+    """`nvidia.com/gpu.shared` without --nvidia-resource-names: its series carry no pod labels,
+    but its pods' processes are not called unallocated (no false theft alarm)."""
+    plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
+    shared = AssignmentSnapshot(
+        (PodAssignment("ml", "train-0", "trainer", "nvidia.com/gpu.shared", (f"{UUID0}::0",)),
+         PodAssignment("dev", "notebook", "jupyter", "nvidia.com/gpu.shared",
+                       (f"{UUID0}::1",))), 1.0, True, None, "v1")
+    out = compose(CycleInputs(SHARED_NODE, plan, shared, API_PODS, LOG_PODS, TABLE),
+                  JoinOptions(None, process_metrics=True))
+    assert [(p.sample.pid, p.allocated) for p in out.processes] == [
+        (100, True), (300, True), (200, None)]
+    text = Exposition.from_families(out.families).text.decode()
+    assert 'pod="' not in "".join(ln for ln in text.splitlines() if ln.startswith("DCGM_FI_"))
+
+
+def test_compose_a_failing_kubelet_calls_nothing_unallocated() -> None:
+    """The last List failed: its answer (still within max age for the labels) may predate the
+    pod's allocation, so no process is flagged."""
+    plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
+    failing = AssignmentSnapshot((), 2.0, False, None, "v1")
+    out = compose(CycleInputs(SHARED_NODE, plan, failing, API_PODS, LOG_PODS, TABLE),
+                  JoinOptions(None, process_metrics=True))
+    assert [p.allocated for p in out.processes] == [None, None, None]

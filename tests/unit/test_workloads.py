@@ -18,6 +18,7 @@ from gpu_enricher.model import (
 )
 from gpu_enricher.workloads import (
     EMPTY_INDEX,
+    Allocation,
     GpuProcess,
     PodIndex,
     Workload,
@@ -86,8 +87,8 @@ REF_STATIC = ContainerRef(STATIC_HASH, CID_B)
                      Workload("ml", "train-0", "", UID_A),
                      id="api-uid-only-other-pods-holder-ignored"),
         pytest.param([], [], [holder("train-0", "z-side"), holder("train-0", "a-main")], REF_A,
-                     Workload("ml", "train-0", "a-main", ""),
-                     id="single-holder-pod-first-container-sorted"),
+                     Workload("ml", "train-0", "a-main", UID_A),
+                     id="single-holder-pod-first-container-sorted-cgroup-uid-kept"),
         pytest.param([], [], [holder("pod-a"), holder("pod-b")], REF_A, None,
                      id="two-holder-pods-no-fallback"),
         pytest.param([], [], [holder("pod-a", namespace="n1"), holder("pod-a", namespace="n2")],
@@ -153,9 +154,18 @@ HOST_PROC = HostProcess(200, 10, "Xorg", None)
 API = [PodIndex.of(directory(API_TRAIN))]
 
 
+# Every device of the test GPUs is one the device plugin hands out.
+MANAGED = frozenset({(0, None), (1, None), (1, 1), (1, 5)})
+
+
+def alloc(attribution: Attribution | None,
+          managed: frozenset[EntityKey] = MANAGED) -> Allocation | None:
+    return None if attribution is None else Allocation(attribution.holders, managed)
+
+
 def single(node: NodeSnapshot, procs: ProcessTable,
            attribution: Attribution | None) -> GpuProcess:
-    found = gpu_processes(node, procs, API, attribution)
+    found = gpu_processes(node, procs, API, alloc(attribution))
     assert len(found) == 1
     return found[0]
 
@@ -240,7 +250,31 @@ def test_mig_processes_are_keyed_to_their_instance(
     proc = single(node, table(POD_PROC), attribution)
     assert proc.key == key
     assert (proc.instance.profile if proc.instance is not None else None) == profile
-    assert proc.allocated is (key == (1, 5))
+    # A process whose instance is unknown on a MIG GPU may be any instance's: the pod holds
+    # one of them, so it is not called unallocated.
+    assert proc.allocated is (key == (1, 5) or (mig_enabled and key == (1, None)))
+
+
+def test_a_device_the_plugin_does_not_manage_is_undecided() -> None:
+    """A GPU given through DRA (or one the kubelet does not report) has no device-plugin
+    holders: its processes are neither allocated nor unallocated."""
+    node = NodeSnapshot((gpu(0, UUID0, ProcessSample(100, MIB)),))
+    proc = gpu_processes(node, table(POD_PROC), API,
+                         Allocation({}, frozenset({(1, None)})))[0]
+    assert proc.workload is not None and proc.allocated is None
+
+
+def test_the_holder_fallback_never_names_another_pods_process() -> None:
+    """A thief's container is unknown to every source, but its cgroup UID is not the sole
+    holder's: it must not take the holder's name (which would hide it)."""
+    thief = HostProcess(100, 5000, "python3", ContainerRef(UID_B, CID_B))
+    node = NodeSnapshot((gpu(0, UUID0, ProcessSample(100, MIB)),))
+    held = Attribution({(0, None): (holder("train-0", "trainer"),)})  # UID_A per the API
+    proc = gpu_processes(node, table(thief), API, alloc(held))[0]
+    assert proc.workload is None and proc.allocated is None
+    # Without any UID for the holder (no API, no log names) the fallback is all there is.
+    blind = gpu_processes(node, table(thief), [], alloc(held))[0]
+    assert blind.workload == Workload("ml", "train-0", "trainer", UID_B)
 
 
 def test_mig_holder_fallback_uses_the_instances_holders() -> None:
@@ -250,9 +284,9 @@ def test_mig_holder_fallback_uses_the_instances_holders() -> None:
     attribution = Attribution({(1, 5): (holder("pod-b", "worker", device=MIG5),),
                                (1, 1): (holder("pod-a", device=MIG1),
                                         holder("pod-c", device=MIG1))})
-    procs = gpu_processes(node, table(unnamed), API, attribution)
+    procs = gpu_processes(node, table(unnamed), API, alloc(attribution))
     assert [(p.key, p.workload, p.allocated) for p in procs] == [
-        ((1, 5), Workload("ml", "pod-b", "worker", ""), True),
+        ((1, 5), Workload("ml", "pod-b", "worker", UID_B), True),
         ((1, 1), None, None),
     ]
 
