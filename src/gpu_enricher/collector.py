@@ -9,7 +9,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -30,7 +30,7 @@ from .podlabels import NO_POLICY, PodLabelPolicy
 from .query import Document
 from .render import Exposition
 from .selfmetrics import allocation_family, self_families
-from .sources import Source
+from .sources import Source, SourceSet
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,11 @@ class Collector:
         self.pods = pods
         self.logs = logs
         self.processes = processes
-        self.sources: tuple[Source[object], ...] = tuple(
-            s for s in (assignments, pods, logs, processes) if s is not None)
+        # A source's refresh may take most of a pass, never more (the kubelet's own deadline
+        # is shorter); a stuck one is abandoned and counted.
+        self._sources = SourceSet((assignments, pods, logs, processes),
+                                  max(1.0, options.interval_seconds))
+        self.sources = self._sources.all
         self.options = options
         self._join = options.join()
         self._wall_clock = wall_clock
@@ -111,8 +114,7 @@ class Collector:
                 last_success_timestamp=self._last_success,
             )
         }
-        for source in self.sources:
-            health[source.name] = source.health()
+        health.update(self._sources.health())
         return health
 
     def _log_unmatched(self, attribution: Attribution) -> None:
@@ -142,8 +144,7 @@ class Collector:
             self._log_unmatched(joined.attribution)
             if self.snapshot is not None:
                 own.append(allocation_family(self.snapshot, joined.attribution))
-        for source in self.sources:
-            own += source.families()
+        own += self._sources.families()
         self.document = joined.document
         return Exposition.from_families(joined.families, self._own.render(own))
 
@@ -210,7 +211,7 @@ class Collector:
         assert self.plan is not None
         fields = self.plan.sampled_fields
         started = time.perf_counter()
-        concurrent = [asyncio.ensure_future(s.refresh(self.snapshot))
+        concurrent = [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
                       for s in self.sources if not s.after_gpus]
         try:
             await self._sample(fields, started)
@@ -219,23 +220,14 @@ class Collector:
                 self.ready = True
             for source in self.sources:
                 if source.after_gpus:
-                    await self._refresh(source.refresh(self.snapshot), source.name)
-            for task, source in zip(concurrent, [s for s in self.sources if not s.after_gpus],
-                                    strict=True):
-                await self._refresh(task, source.name)  # bounded by each source's deadline
+                    await self._sources.refresh(source, self.snapshot)
+            await asyncio.gather(*concurrent)  # each bounded by the source set's deadline
         finally:
             for task in concurrent:
                 if not task.done():
                     task.cancel()
         self.exposition = self._render()
         self.ready = True
-
-    async def _refresh(self, refresh: Awaitable[None], name: str) -> None:
-        try:
-            await refresh
-        except Exception:  # a bug in one source must not freeze the GPU series
-            log.exception("%s refresh failed", name)
-            self._errors["internal"] += 1
 
     async def _sample(self, fields: frozenset[str], started: float) -> None:
         snapshot = await self._call(lambda: self.backend.sample(fields))
@@ -279,8 +271,7 @@ class Collector:
         slow pass missed."""
         self.running = True
         try:
-            for source in self.sources:
-                await source.start()
+            await self._sources.start()
             await self.open_backend()
             interval = self.options.interval_seconds
             next_due = time.monotonic()
@@ -301,8 +292,7 @@ class Collector:
                 await asyncio.sleep(next_due - now)
         finally:
             self.running = False
-            for source in self.sources:
-                await source.close()
+            await self._sources.close()
             if self._call_started is None:
                 await asyncio.get_running_loop().run_in_executor(
                     self._executor, self.backend.close)

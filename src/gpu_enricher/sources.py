@@ -5,11 +5,18 @@ half). The collector starts every source, refreshes each once per cycle (bounded
 raising), joins their snapshots and renders; `/metrics` never reaches a source.
 """
 
+import asyncio
+import dataclasses
+import logging
+from collections import Counter
+from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
 from .model import NodeSnapshot, SourceHealth
+
+log = logging.getLogger(__name__)
 
 SnapshotT_co = TypeVar("SnapshotT_co", covariant=True)
 
@@ -36,3 +43,68 @@ class Source(Protocol[SnapshotT_co]):
         """The source's own self-metrics beyond the common `source_*` families."""
 
     async def close(self) -> None: ...
+
+
+class SourceSet:
+    """The collector's sources besides the GPU backend: started, refreshed within a deadline,
+    their health merged with what the collector saw of them, closed.
+
+    A refresh that overruns its deadline (a /proc read stuck in the kernel, an NFS log
+    directory) is abandoned: the pass goes on with that source's previous snapshot, the
+    timeout is counted under the source (`reason="timeout"`) and logged when it starts.
+    """
+
+    def __init__(self, sources: Iterable[Source[object] | None], deadline_seconds: float) -> None:
+        self.all: tuple[Source[object], ...] = tuple(s for s in sources if s is not None)
+        self.deadline_seconds = deadline_seconds
+        self._errors: dict[str, Counter[str]] = {s.name: Counter() for s in self.all}
+        self._failing: set[str] = set()
+
+    async def start(self) -> None:
+        for source in self.all:
+            await source.start()
+
+    async def refresh(self, source: Source[object], gpus: NodeSnapshot | None) -> None:
+        """Never raises, never waits past the deadline."""
+        try:
+            await asyncio.wait_for(source.refresh(gpus), self.deadline_seconds)
+        except TimeoutError:
+            self._failed(source.name, "timeout", f"did not answer within "
+                         f"{self.deadline_seconds:.1f}s; keeping its previous snapshot")
+            return
+        except Exception:  # a bug in one source must not freeze the GPU series
+            log.exception("%s refresh failed", source.name)
+            self._failed(source.name, "internal", "failed (see the exception above)")
+            return
+        if source.name in self._failing:
+            self._failing.discard(source.name)
+            log.warning("the %s source answers within its deadline again", source.name)
+
+    def _failed(self, name: str, reason: str, what: str) -> None:
+        self._errors[name][reason] += 1
+        if name not in self._failing:  # log when it starts, not on every pass
+            self._failing.add(name)
+            log.warning("the %s source %s", name, what)
+
+    def health(self) -> dict[str, SourceHealth]:
+        merged: dict[str, SourceHealth] = {}
+        for source in self.all:
+            health = source.health()
+            extra = self._errors[source.name]
+            if extra:
+                errors = Counter(health.errors)
+                errors.update(extra)
+                health = dataclasses.replace(health, errors=dict(errors))
+            merged[source.name] = health
+        return merged
+
+    def families(self) -> list[Metric]:
+        return [family for source in self.all for family in source.families()]
+
+    async def close(self) -> None:
+        """Close every source, whatever one of them raises."""
+        for source in self.all:
+            try:
+                await source.close()
+            except Exception:
+                log.exception("closing the %s source failed", source.name)

@@ -1,0 +1,80 @@
+"""The source set: a stuck or broken source costs at most its deadline, is counted under its
+own name, and never stops the others."""
+
+import asyncio
+import time
+
+import pytest
+from prometheus_client.metrics_core import Metric
+
+from gpu_enricher.model import NodeSnapshot, SourceHealth
+from gpu_enricher.sources import Source, SourceSet
+
+
+class Stuck:
+    """A source whose refresh blocks until released (a /proc read stuck in the kernel)."""
+
+    after_gpus = True
+
+    def __init__(self, name: str, behaviour: str = "hang") -> None:
+        self.name = name
+        self.behaviour = behaviour
+        self.release = asyncio.Event()
+        self.refreshes = 0
+        self.closed = False
+
+    async def start(self) -> None:
+        pass
+
+    async def refresh(self, gpus: NodeSnapshot | None) -> None:
+        self.refreshes += 1
+        if self.behaviour == "hang":
+            await self.release.wait()
+        elif self.behaviour == "raise":
+            raise RuntimeError("bug in the source")
+
+    def snapshot(self) -> int:
+        return self.refreshes
+
+    def health(self) -> SourceHealth:
+        return SourceHealth(up=True, errors={"own": 1})
+
+    def families(self) -> list[Metric]:
+        return []
+
+    async def close(self) -> None:
+        self.closed = True
+        if self.behaviour == "raise":
+            raise RuntimeError("close failed too")
+
+
+def typed(source: Stuck) -> Source[object]:
+    return source
+
+
+async def test_a_stuck_source_costs_its_deadline_and_is_counted(
+        caplog: pytest.LogCaptureFixture) -> None:
+    stuck, fine = Stuck("proc"), Stuck("logs", "ok")
+    sources = SourceSet([typed(stuck), None, typed(fine)], deadline_seconds=0.2)
+    started = time.monotonic()
+    for _ in range(2):
+        await sources.refresh(stuck, None)
+        await sources.refresh(fine, None)
+    assert time.monotonic() - started < 1.0, "two deadlines of 0.2 s, not a hang"
+    health = sources.health()
+    assert health["proc"].errors == {"own": 1, "timeout": 2}
+    assert health["logs"].errors == {"own": 1}
+    assert [r.getMessage() for r in caplog.records if r.name == "gpu_enricher.sources"] == [
+        "the proc source did not answer within 0.2s; keeping its previous snapshot"]
+    stuck.behaviour = "ok"
+    await sources.refresh(stuck, None)
+    assert "answers within its deadline again" in caplog.records[-1].getMessage()
+
+
+async def test_a_broken_source_is_counted_and_every_source_is_closed() -> None:
+    broken, fine = Stuck("kubelet", "raise"), Stuck("logs", "ok")
+    sources = SourceSet([typed(broken), typed(fine)], deadline_seconds=1)
+    await sources.refresh(broken, None)
+    assert sources.health()["kubelet"].errors == {"own": 1, "internal": 1}
+    await sources.close()
+    assert broken.closed and fine.closed, "a close that raises does not skip the others"
