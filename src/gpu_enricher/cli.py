@@ -137,6 +137,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         node_name=env.get("NODE_NAME") or socket.gethostname(),
     )
     warnings = _unimplemented_warnings(args, env)
+    if config.kube_api and not env.get("NODE_NAME") and simulate is None:
+        warnings.append(f"NODE_NAME is not set: asking the Kubernetes API for the pods of node "
+                        f"{config.node_name!r} (this host's name; in a pod that is the pod's "
+                        "name, which matches no node): set NODE_NAME from spec.nodeName")
     if not config.kubernetes_api and (config.pod_labels or config.pod_uid):
         warnings.append("--kubernetes-enable-pod-labels and --kubernetes-enable-pod-uid need the "
                         "Kubernetes API, which --kubernetes-api=false switches off: no pod labels "

@@ -27,7 +27,7 @@ from .model import (
 )
 from .ownmetrics import OwnMetrics
 from .podlabels import NO_POLICY, PodLabelPolicy
-from .query import Document
+from .query import Document, encode
 from .render import Exposition
 from .selfmetrics import allocation_family, self_families
 from .sources import Source, SourceSet
@@ -100,6 +100,7 @@ class Collector:
         self._own = OwnMetrics()
         self.document: Document = {}
         """The query API's view of the last pass (/api/v1/gpus)."""
+        self._document_bytes: tuple[int, bytes] | None = None
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
@@ -116,6 +117,14 @@ class Collector:
         }
         health.update(self._sources.health())
         return health
+
+    def document_bytes(self) -> bytes:
+        """The unfiltered document, encoded once per pass however many ask for it."""
+        cached = self._document_bytes
+        if cached is None or cached[0] != id(self.document):
+            cached = (id(self.document), encode(self.document))
+            self._document_bytes = cached
+        return cached[1]
 
     def _log_unmatched(self, attribution: Attribution) -> None:
         for device_id in attribution.unmatched:

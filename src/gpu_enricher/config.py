@@ -34,7 +34,6 @@ class Config:
     kubeconfig: Path | None = None  # else in-cluster, else $KUBECONFIG
     kubernetes_api: bool = True  # False: never call the API server (no RBAC granted)
     node_name: str = ""  # this node, for the Kubernetes API's field selector
-    kube_api_url: str | None = None  # set by the simulated node: its fake API server
 
     @property
     def kube_api(self) -> bool:

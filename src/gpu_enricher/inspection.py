@@ -32,9 +32,18 @@ def api_url(base: str, namespace: str | None, pod: str | None) -> str:
     return url + ("?" + urllib.parse.urlencode(params) if params else "")
 
 
+def _opener(url: str) -> urllib.request.OpenerDirector:
+    """No proxy for the exporter on this host (`kubectl exec … inspect` in a pod whose
+    environment sets HTTP_PROXY); the environment's proxies elsewhere."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener()
+
+
 def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with _opener(url).open(url, timeout=timeout) as response:
             document = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace").strip()
@@ -117,5 +126,11 @@ def main(argv: Sequence[str]) -> int:
     except InspectError as exc:
         print(f"gpu-enricher inspect: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(tables(document))
+    try:
+        text = tables(document)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        print(f"gpu-enricher inspect: {url} answered a document this version cannot read "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
     return 0

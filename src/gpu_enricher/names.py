@@ -32,6 +32,9 @@ POD_LABELS: Final = (LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD)
 RESERVED_LABELS: Final = frozenset({
     *DEVICE_LABELS, *INSTANCE_LABELS, LABEL_HOSTNAME, *POD_LABELS, LABEL_VGPU, LABEL_POD_UID,
     LABEL_PID, LABEL_PROCESS_NAME,
+    # Prometheus's target labels: with honorLabels: true a pod label would replace them, and
+    # dashboard 12239 keys on `instance`.
+    "job", "instance",
 })
 
 SELF_PREFIX: Final = "gpu_enricher_"

@@ -1,7 +1,7 @@
 """`GET /api/v1/gpus`: who holds and who uses each GPU, as JSON. Pure.
 
 Built once per collection cycle from the same joined state as /metrics; a request only
-filters it and encodes it. Schema and example: docs/api.md.
+filters it and encodes it. Schema and example: docs/processes.md.
 """
 
 import json
@@ -25,6 +25,11 @@ def _mib_bytes(values: Mapping[str, FieldValue], field: str) -> int | None:
 def _ratio(values: Mapping[str, FieldValue], field: str) -> float | None:
     value = values.get(field)
     return round(float(value) / 100, 4) if isinstance(value, int | float) else None
+
+
+def _activity(values: Mapping[str, FieldValue]) -> float | None:
+    value = values.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    return round(float(value), 4) if isinstance(value, int | float) else None
 
 
 def _holder(holder: Holder, pods: PodIndex) -> Document:
@@ -64,6 +69,8 @@ def _instance(gpu: GpuSnapshot, inst: GpuInstance, attribution: Attribution,
         "profile": inst.profile, "uuid": inst.uuid,
         "memory_total_bytes": _mib_bytes(inst.values, "DCGM_FI_DEV_FB_TOTAL"),
         "memory_used_bytes": _mib_bytes(inst.values, "DCGM_FI_DEV_FB_USED"),
+        # NVML has no GPU_UTIL per instance; its graphics-engine activity (GPM) is the figure.
+        "utilization_ratio": _activity(inst.values),
         **_device((gpu.identity.index, inst.gpu_instance_id), attribution, procs, pods),
     }
 

@@ -72,13 +72,14 @@ async def handle_gpus(request: web.Request) -> web.Response:
     """Every GPU and MIG instance with its holders and processes, from the last pass;
     `?namespace=&pod=` keeps the pod's GPUs. Never touches a source."""
     collector = request.app[COLLECTOR_KEY]
-    if collector.snapshot is None:
+    if not collector.ready:
         return web.json_response({"error": f"not ready: {collector.not_ready_reason}"},
                                  status=503)
     query = request.query
-    document = filtered(collector.document, query.get("namespace") or None,
-                        query.get("pod") or None)
-    return web.Response(body=encode(document), content_type="application/json")
+    namespace, pod = query.get("namespace") or None, query.get("pod") or None
+    body = (collector.document_bytes() if namespace is None and pod is None
+            else encode(filtered(collector.document, namespace, pod)))
+    return web.Response(body=body, content_type="application/json")
 
 
 async def handle_index(request: web.Request) -> web.Response:

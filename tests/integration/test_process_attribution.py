@@ -6,6 +6,7 @@ kubernetes_asyncio's list and watch, the collector, the HTTP server and `gpu-enr
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gpu_enricher.app import make_app
@@ -284,9 +286,13 @@ async def test_query_api_and_inspect_answer_who_is_on_a_gpu(node: Node) -> None:
         assert by_pid[900]["pod"] is None and by_pid[900]["allocated"] is None
         assert [g["index"] for g in only["gpus"]] == [0], "chat-1 runs on GPU 0 only"
         # The CLI, as an operator runs it.
+        # A proxy in the environment (as in many pods) is not used for this host's exporter.
+        proxied = {**os.environ, "http_proxy": "http://127.0.0.1:9",
+                   "HTTP_PROXY": "http://127.0.0.1:9"}
         result = await asyncio.to_thread(
             subprocess.run, [sys.executable, "-m", "gpu_enricher", "inspect", "--url", base,
-                             "--namespace", "serve"], capture_output=True, text=True, timeout=30)
+                             "--namespace", "serve"], capture_output=True, text=True, timeout=30,
+            env=proxied)
         assert result.returncode == 0, result.stderr
         rows = [r.split() for r in result.stdout.splitlines()]
         assert ["0", "-", "102", "tritonserver", "1024", "10%", "serve", "chat-1", "server",
@@ -300,3 +306,22 @@ async def test_query_api_and_inspect_answer_who_is_on_a_gpu(node: Node) -> None:
     assert unreachable.stderr.count("\n") == 1
     assert unreachable.stderr.startswith(f"gpu-enricher inspect: cannot reach {base}/api/v1/gpus")
     json.dumps(document)  # the document is plain JSON all the way down
+
+
+async def test_inspect_says_so_when_the_answer_is_not_its_document() -> None:
+    async def odd(request: web.Request) -> web.Response:
+        return web.json_response({"gpus": [{"index": 0}]})  # a GPU without its fields
+
+    app = web.Application()
+    app.router.add_get("/api/v1/gpus", odd)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        result = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "gpu_enricher", "inspect", "--url",
+                             f"http://127.0.0.1:{server.port}"],
+            capture_output=True, text=True, timeout=30)
+    finally:
+        await server.close()
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "cannot read (KeyError" in result.stderr

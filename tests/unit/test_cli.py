@@ -45,6 +45,7 @@ def test_dcgm_manifest_env_and_flags_are_accepted() -> None:
            "DCGM_POD_RESOURCES_KUBELET_SOCKET": "/var/snap/microk8s/kubelet.sock",
            "NVIDIA_RESOURCE_NAMES": "nvidia.com/gpu.shared, nvidia.com/a100",
            "KUBERNETES_VIRTUAL_GPUS": "true", "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID": "true"}
+    env["NODE_NAME"] = "gpu-node-3"
     config, warnings = parse_config(["-d", "f", "--web-config-file", "/etc/web.yaml"], env)
     assert config.collectors == Path("/etc/dcgm-exporter/dcp-metrics-included.csv")
     assert config.hostname is None
@@ -80,6 +81,9 @@ def test_process_and_pod_label_flags() -> None:
     assert warnings == ["--kubernetes-enable-pod-labels and --kubernetes-enable-pod-uid need "
                         "the Kubernetes API, which --kubernetes-api=false switches off: no pod "
                         "labels or UIDs"]
+    _, unnamed = parse_config(["--kubernetes-enable-pod-uid"], {})
+    assert len(unnamed) == 1 and unnamed[0].startswith("NODE_NAME is not set: asking the "
+                                                       "Kubernetes API for the pods of node")
     with pytest.raises(UsageError, match="invalid regular expression '\\('"):
         parse_config(["--kubernetes-pod-label-allowlist-regex", "("], {})
 

@@ -140,7 +140,8 @@ def test_document_mig_instances() -> None:
     first, second = gpu["mig_instances"]
     assert {k: v for k, v in first.items() if k != "holders"} == {
         "gpu_instance_id": 1, "compute_instance_id": 0, "profile": "4g.40gb", "uuid": MIG1,
-        "memory_total_bytes": 40192 * MIB, "memory_used_bytes": 0, "processes": []}
+        "memory_total_bytes": 40192 * MIB, "memory_used_bytes": 0, "utilization_ratio": None,
+        "processes": []}
     assert [h["pod"] for h in first["holders"]] == ["notebook"]
     assert second["memory_used_bytes"] == 512 * MIB
     assert [(p["pid"], p["pod"], p["allocated"]) for p in second["processes"]] == [
