@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import re
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -106,6 +107,10 @@ def list_names(directory: Path) -> list[str] | None:
         return None
 
 
+class _ListingBusy(Exception):
+    """A listing from an earlier pass still runs: this one did not start."""
+
+
 class LogNameSource:
     """Satisfies `Source[PodDirectory]`: the log root's listings, once per cycle."""
 
@@ -121,6 +126,9 @@ class LogNameSource:
         self.errors: Counter[str] = Counter()
         self.last_duration: float | None = None
         self.last_success_wall: float | None = None
+        # Held by the thread listing the root. A timed-out refresh leaves that thread running
+        # (a hung NFS /var/log): later passes must not strand one more thread each behind it.
+        self._listing = threading.Lock()
 
     async def start(self) -> None:
         """Nothing runs in the background: all work happens in refresh."""
@@ -129,7 +137,14 @@ class LogNameSource:
         """List `containers/` and `pods/` under the root; never raises."""
         started = time.perf_counter()
         try:
+            if self._listing.locked():
+                raise _ListingBusy
             container_logs, pod_dirs, failures = await asyncio.to_thread(self._list)
+        except _ListingBusy:
+            self._failed("busy", "a listing of the kubelet's log names under %s from a "
+                         "previous pass is still running (a hung mount?); keeping the last "
+                         "names, marked not current, until it ends")
+            return
         except Exception:
             self._failed("internal", "listing the kubelet's log names under %s failed",
                          exc_info=True)
@@ -155,16 +170,21 @@ class LogNameSource:
 
     def _list(self) -> tuple[list[str] | None, list[str] | None, list[str]]:
         """Both listings (None: missing or unreadable) and the reasons of those unreadable."""
-        listings: list[list[str] | None] = []
-        failures: list[str] = []
-        for sub in ("containers", "pods"):
-            try:
-                listings.append(list_names(self.root / sub))
-            except OSError as exc:
-                failures.append("permission" if isinstance(exc, PermissionError)
-                                else "unreadable")
-                listings.append(None)
-        return listings[0], listings[1], failures
+        if not self._listing.acquire(blocking=False):  # never wait behind a stuck one
+            raise _ListingBusy
+        try:
+            listings: list[list[str] | None] = []
+            failures: list[str] = []
+            for sub in ("containers", "pods"):
+                try:
+                    listings.append(list_names(self.root / sub))
+                except OSError as exc:
+                    failures.append("permission" if isinstance(exc, PermissionError)
+                                    else "unreadable")
+                    listings.append(None)
+            return listings[0], listings[1], failures
+        finally:
+            self._listing.release()
 
     def _failed(self, reason: str, message: str, *args: object, exc_info: bool = False,
                 count: bool = True) -> None:

@@ -16,13 +16,14 @@ from prometheus_client.metrics_core import Metric
 
 from . import names
 from .model import NodeSnapshot, ProcessTable, SourceHealth
-from .procfs import ProcReader, ProcRootError
+from .procfs import ProcReader, ProcRootError, ReaderBusy
 
 log = logging.getLogger(__name__)
 
 HINT: Final = "mount the host's /proc read-only at --proc-root or run with hostPID: true"
 NO_PROC_ROOT: Final = "no_proc_root"
 INTERNAL: Final = "internal"
+BUSY: Final = "busy"
 EMPTY: Final = ProcessTable()
 
 
@@ -60,7 +61,19 @@ class ProcessSource:
         pids = gpu_pids(gpus)
         started = time.perf_counter()
         try:
-            table = await asyncio.to_thread(self.reader.read, pids)
+            if not pids:
+                # Idle GPUs, the common case: only the root is checked (two syscalls, no
+                # /proc/<pid> file), so no thread hop; a wrong --proc-root is still reported.
+                table = self.reader.read(pids)
+            elif self.reader.busy:
+                # A timed-out pass left its read running in its thread: another thread would
+                # only wait behind it, one more per pass.
+                raise ReaderBusy
+            else:
+                table = await asyncio.to_thread(self.reader.read, pids)
+        except ReaderBusy:
+            self._busy()
+            return
         except ProcRootError as exc:
             self._failed(NO_PROC_ROOT, f"cannot read {self.root} ({exc.strerror or exc}): "
                          f"GPU processes carry no pod or container; {HINT}")
@@ -83,6 +96,14 @@ class ProcessSource:
                              "if this persists, %s", len(pids), self.root, HINT)
         elif table.processes or self._problem != "not_host":  # no PIDs prove nothing here
             self._problem_is(None, "the GPU processes' /proc entries are readable again")
+
+    def _busy(self) -> None:
+        """Keep the last table: the stuck read may finish, and these PIDs mostly still run."""
+        self.errors[BUSY] += 1
+        self._up = False
+        self._problem_is(BUSY, "a /proc read from a previous pass is still running (stuck in "
+                         "the kernel?); keeping the last %d processes and not reading %s "
+                         "until it ends", len(self._table.processes), self.root)
 
     def _failed(self, reason: str, message: str, exc_info: bool = False) -> None:
         self.errors[reason] += 1

@@ -100,6 +100,10 @@ class ProcRootError(OSError):
     """The proc root itself is missing or unreadable: nothing below it can be read."""
 
 
+class ReaderBusy(Exception):
+    """A read from an earlier pass still runs (stuck in the kernel): this one did not start."""
+
+
 class _Vanished(Exception):
     """The process exited between NVML's report and the read."""
 
@@ -145,9 +149,21 @@ class ProcReader:
     def cache_entries(self) -> int:
         return len(self._cache)
 
+    @property
+    def busy(self) -> bool:
+        """A read is running (in a thread a timed-out refresh left behind, perhaps)."""
+        return self._lock.locked()
+
     def read(self, pids: Iterable[int]) -> ProcessTable:
-        """The table of those PIDs still alive; raises ProcRootError if the root is unusable."""
-        with self._lock:
+        """The table of those PIDs still alive; raises ProcRootError if the root is unusable
+        and ReaderBusy, at once, while another read runs.
+
+        Never waits for the other read: it may be stuck in the kernel (reads of
+        /proc/<pid>/cgroup take the cgroup lock), and each pass would strand one more thread.
+        """
+        if not self._lock.acquire(blocking=False):
+            raise ReaderBusy
+        try:
             if not self.root.is_dir() or not os.access(self.root, os.R_OK | os.X_OK):
                 raise ProcRootError(f"{self.root} is not a readable directory")
             found: dict[int, HostProcess] = {}
@@ -168,6 +184,8 @@ class ProcReader:
             self._cache = cache  # PIDs not asked for, gone or reused fall out here
             self.last = ReadStats(vanished, dict(errors))
             return ProcessTable(found)
+        finally:
+            self._lock.release()
 
     def _read_one(self, pid: int, errors: Counter[str]) -> tuple[HostProcess, bool]:
         """One process and whether it was read completely (worth caching)."""

@@ -76,7 +76,9 @@ class SourceSet:
             log.exception("%s refresh failed", source.name)
             self._failed(source.name, "internal", "failed (see the exception above)")
             return
-        if source.name in self._failing:
+        # Answering in time is not recovery while the source itself says it is down (a /proc
+        # reader still stuck in the kernel answers "busy" at once).
+        if source.name in self._failing and source.health().up:
             self._failing.discard(source.name)
             log.warning("the %s source answers within its deadline again", source.name)
 

@@ -186,11 +186,58 @@ async def test_server_errors_retry_the_watch_not_the_list(api: FakeKubeApi,
     source = await synced(start, api)
     api.fail_next(500, count=2, watch=True)
     api.fail_next(503, watch=True)
+    api.bookmark()  # an event: the watch is not "very short" however soon it ends
     api.end_watches()
     await eventually(lambda: len(watches(api)) == 5 and api.open_watches == 1)
     assert len(lists(api)) == 1 and source.health().up
     assert source.health().errors == {"unavailable": 3}
     assert {r.query["resourceVersion"] for r in watches(api)} == {source.resource_version}
+
+
+async def test_watches_ended_at_once_back_off(api: FakeKubeApi, start: Start,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    api.set_pods([pod("u-1", "trainer")])
+    source = await synced(start, api, stale_after_seconds=0.5, backoff_initial_seconds=0.05,
+                          backoff_max_seconds=0.5)
+    with caplog.at_level(logging.WARNING, logger="gpu_enricher.kube"):
+        api.end_watches_immediately = True  # 200, then an empty body: no events ever
+        api.end_watches()
+        before = len(watches(api))
+        await asyncio.sleep(1.0)
+        count = len(watches(api)) - before
+        # Without backoff this loop made thousands of requests a second.
+        assert 2 <= count < 20
+        health = source.health()
+        assert not health.up and health.errors["short_watch"] >= count - 1
+        values = family_values(source)
+        short = ("gpu_enricher_kubernetes_watch_restarts_total", (("reason", "short_watch"),))
+        assert values[short] == health.errors["short_watch"]
+        # Watches that deliver nothing confirm nothing: the view goes stale, pods are kept.
+        await eventually(lambda: not source.snapshot().synced, within=2.0)
+        assert names(source) == {"trainer"}
+        messages = [r.getMessage() for r in caplog.records]
+        assert len(messages) == 1 and "at once" in messages[0]
+
+        caplog.clear()
+        api.end_watches_immediately = False
+        await eventually(lambda: api.open_watches == 1)
+        # The watch is on probation: a silent one proves itself by lasting a second.
+        await eventually(lambda: source.health().up and source.snapshot().synced, within=3.0)
+        assert ["answers again" in r.getMessage() for r in caplog.records] == [True]
+    api.upsert_pod(pod("u-2", "evaluator"))
+    await eventually(lambda: names(source) == {"trainer", "evaluator"})
+
+
+async def test_server_timeouts_resume_without_backoff(api: FakeKubeApi, start: Start) -> None:
+    # Each watch ends at the server's 1 s timeout without an event: normal, no "short watch";
+    # a backoff (5 s here) would leave one watch in the time allowed.
+    source = await synced(start, api, watch_timeout_seconds=1, backoff_initial_seconds=5.0,
+                          backoff_max_seconds=5.0)
+    await eventually(lambda: len(watches(api)) >= 3 and api.open_watches == 1, within=4.0)
+    closed = ("gpu_enricher_kubernetes_watch_restarts_total", (("reason", "closed"),))
+    assert family_values(source)[closed] >= 2
+    assert source.health().errors == {} and source.health().up
+    assert len(lists(api)) == 1
 
 
 async def test_api_down_keeps_pods_then_unsynced_then_resyncs(

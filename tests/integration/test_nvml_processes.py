@@ -1,6 +1,7 @@
 """GPU processes through the real pynvml over the fake libnvidia-ml.so.1: the compute and
 graphics lists, MIG attribution and per-process utilisation."""
 
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -8,6 +9,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpu_enricher import nvml_processes
 from gpu_enricher.fields import IMPLEMENTED
 from gpu_enricher.model import NodeSnapshot, ProcessSample
 from gpu_enricher.nvml import NvmlBackend
@@ -150,9 +152,51 @@ def test_each_pass_passes_the_newest_timestamp_it_saw(fake: FakeNvml, nvml: Any)
     assert [p.sm_utilization for p in second.gpus[0].processes] == [pytest.approx(0.9),
                                                                      pytest.approx(0.1)]
     fake.set_processes(0, "100:512,101:64")  # the samples stop: nothing newer than newest2
-    third = sample(backend)
+    sample(backend)
     assert fake.proc_util_stamps(0)[0] == newest2, "kept across a pass without samples"
-    assert [p.sm_utilization for p in third.gpus[0].processes] == [None, None]
+
+
+def utilisation(snap: NodeSnapshot) -> list[tuple[int, float | None, float | None]]:
+    return [(p.pid, p.sm_utilization, p.memory_utilization) for p in snap.gpus[0].processes]
+
+
+def test_a_pass_without_new_samples_keeps_the_last_ones(fake: FakeNvml, nvml: Any) -> None:
+    backend = nvml(gpu_count="1", processes="0=100:512::90:30,101:64::10")
+    first = utilisation(sample(backend))
+    assert first == [(100, pytest.approx(0.9), pytest.approx(0.3)),
+                     (101, pytest.approx(0.1), 0.0)]
+    fake.set_processes(0, "100:512,101:64")  # still running, no sample since (NOT_FOUND)
+    assert utilisation(sample(backend)) == first
+    fake.set_processes(0, "100:512::50,101:64")  # a sample for 100 only
+    assert utilisation(sample(backend)) == [(100, pytest.approx(0.5), 0.0),
+                                            (101, pytest.approx(0.1), 0.0)]
+    assert sample(backend).errors == ()
+
+
+def test_a_departed_pid_is_forgotten(fake: FakeNvml, nvml: Any) -> None:
+    backend = nvml(gpu_count="1", processes="0=100:512::90,101:64::10")
+    sample(backend)
+    fake.set_processes(0, "100:512")  # 101 left the GPU
+    assert utilisation(sample(backend)) == [(100, pytest.approx(0.9), 0.0)]
+    fake.set_processes(0, "100:512,101:64")  # a new 101 (PID reused): no sample of its own
+    assert utilisation(sample(backend)) == [(100, pytest.approx(0.9), 0.0), (101, None, None)]
+    fake.set_processes(0, [])  # nothing runs: nothing remembered
+    sample(backend)
+    fake.set_processes(0, "100:512")
+    assert utilisation(sample(backend)) == [(100, None, None)]
+
+
+def test_a_carried_sample_expires(fake: FakeNvml, nvml: Any,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nvml_processes, "SAMPLE_VALID_SECONDS", 0.5)
+    backend = nvml(gpu_count="1", processes="0=100:512::90")
+    sample(backend)
+    fake.set_processes(0, "100:512")
+    assert utilisation(sample(backend)) == [(100, pytest.approx(0.9), 0.0)]
+    time.sleep(0.6)  # the sample's NVML timestamp is now older than the bound
+    assert utilisation(sample(backend)) == [(100, None, None)]
+    fake.set_processes(0, "100:512::40")
+    assert utilisation(sample(backend)) == [(100, pytest.approx(0.4), 0.0)]
 
 
 def test_a_failing_utilisation_call_costs_only_itself(

@@ -1,11 +1,15 @@
 """ProcessSource and LogNameSource against real directories: a fake /proc and log root in
 tmp_path (files on disk, no patched I/O), plus the live /proc for what only it can show."""
 
+import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -218,6 +222,74 @@ async def test_no_gpu_pass_means_no_processes(proc: Path) -> None:
     await source.refresh(node(100))
     await source.refresh(None)
     assert source.snapshot() == ProcessTable()
+
+
+async def test_idle_gpus_cost_no_thread(proc: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    source = ProcessSource(proc)
+    await source.refresh(node(100))
+
+    def no_thread(*args: object) -> None:
+        raise AssertionError("a thread hop with no GPU process to read")
+
+    monkeypatch.setattr(asyncio, "to_thread", no_thread)
+    await source.refresh(node())
+    assert source.snapshot() == ProcessTable() and source.reader.cache_entries == 0
+    health = source.health()
+    assert (health.up, health.collections, dict(health.errors)) == (True, 2, {})
+    absent = ProcessSource(tmp_path / "absent")  # a wrong root is still reported
+    await absent.refresh(node())
+    assert absent.health().errors == {"no_proc_root": 1}
+
+
+async def test_a_stuck_read_is_not_joined_by_more_threads(
+        proc: Path, caplog: pytest.LogCaptureFixture) -> None:
+    put_process(proc, 500, 9000, "stuck", CGROUP_B)
+    cgroup = proc / "500" / "cgroup"
+    cgroup.unlink()
+    os.mkfifo(cgroup)  # opening it for reading blocks until a writer comes, like a stuck read
+    stuck = True
+
+    def unstick() -> None:
+        nonlocal stuck
+        if stuck:  # the blocked reader counts: a non-blocking writer may open the FIFO
+            fd = os.open(cgroup, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, CGROUP_B.encode())
+            os.close(fd)
+            stuck = False
+
+    source = ProcessSource(proc)
+    try:
+        await source.refresh(node(100))  # a table to keep
+        with pytest.raises(TimeoutError):  # the collector's deadline on a refresh
+            await asyncio.wait_for(source.refresh(node(100, 500)), 0.2)
+        threads = threading.active_count()
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):
+                started = time.perf_counter()
+                await asyncio.wait_for(source.refresh(node(100, 500)), 1.0)
+                assert time.perf_counter() - started < 0.1, "returned at once"
+        assert threading.active_count() == threads, "no thread started behind the stuck one"
+        assert dict(source.health().errors) == {"busy": 2} and not source.health().up
+        assert set(source.snapshot().processes) == {100}, "the last table is kept"
+        assert [r.getMessage().count("still running") for r in caplog.records] == [1]
+
+        unstick()
+        deadline = time.monotonic() + 3.0
+        while source.reader.busy:
+            assert time.monotonic() < deadline, "the released read did not end"
+            await asyncio.sleep(0.01)
+        cgroup.unlink()
+        cgroup.write_text(CGROUP_B)
+        await asyncio.wait_for(source.refresh(node(100, 500)), 1.0)
+        assert source.snapshot().processes == {
+            100: HostProcess(100, 5000, "python train.py", ContainerRef(UID_A, ID_A)),
+            500: HostProcess(500, 9000, "stuck", ContainerRef(UID_B, ID_B)),
+        }
+        assert source.health().up
+    finally:
+        with contextlib.suppress(OSError):  # never leave a thread blocked on the FIFO
+            unstick()
 
 
 def test_the_live_proc() -> None:

@@ -1,12 +1,20 @@
 """The kubelet's log names → pods and containers, without the API server."""
 
+import asyncio
+import logging
+import threading
+import time
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpu_enricher import podlogs
 from gpu_enricher.model import PodDirectory, PodMeta
 from gpu_enricher.podlogs import (
     ContainerLogName,
+    LogNameSource,
     PodLogDir,
     parse_container_log_name,
     parse_pod_log_dir,
@@ -136,3 +144,45 @@ def test_container_log_round_trip(pod: str, namespace: str, container: str,
        uid=st.one_of(st.uuids().map(str), HEX64.map(lambda h: h[:32])))
 def test_pod_dir_round_trip(namespace: str, pod: str, uid: str) -> None:
     assert parse_pod_log_dir(f"{namespace}_{pod}_{uid}") == PodLogDir(namespace, pod, uid)
+
+
+async def test_a_hung_listing_is_not_joined_by_more_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "pods" / f"ml_train-0_{UID}").mkdir(parents=True)
+    source = LogNameSource(tmp_path)
+    await source.refresh(None)
+    hang = threading.Event()
+    released = threading.Event()
+    listed = podlogs.list_names
+
+    def hung_listing(directory: Path) -> list[str] | None:  # as on a hung NFS /var/log
+        if hang.is_set():
+            released.wait(10.0)
+        return listed(directory)
+
+    monkeypatch.setattr(podlogs, "list_names", hung_listing)
+    hang.set()
+    try:
+        with pytest.raises(TimeoutError):  # the collector's deadline on a refresh
+            await asyncio.wait_for(source.refresh(None), 0.2)
+        threads = threading.active_count()
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):
+                started = time.perf_counter()
+                await asyncio.wait_for(source.refresh(None), 1.0)
+                assert time.perf_counter() - started < 0.1, "returned at once"
+        assert threading.active_count() == threads, "no thread started behind the hung one"
+        assert source.health().errors == {"busy": 2} and not source.health().up
+        assert source.snapshot() == PodDirectory((PodMeta(UID, "ml", "train-0"),), synced=False)
+        assert [r.getMessage().count("still running") for r in caplog.records] == [1]
+    finally:
+        hang.clear()
+        released.set()  # the hung thread ends
+    deadline = time.monotonic() + 3.0
+    while not source.health().up:
+        assert time.monotonic() < deadline, "the listing did not come back"
+        await asyncio.sleep(0.01)
+        await source.refresh(None)
+    assert source.snapshot().synced and source.snapshot().pods == (
+        PodMeta(UID, "ml", "train-0"),)

@@ -22,6 +22,7 @@ class Stuck:
         self.release = asyncio.Event()
         self.refreshes = 0
         self.closed = False
+        self.up = True
 
     async def start(self) -> None:
         pass
@@ -37,7 +38,7 @@ class Stuck:
         return self.refreshes
 
     def health(self) -> SourceHealth:
-        return SourceHealth(up=True, errors={"own": 1})
+        return SourceHealth(up=self.up, errors={"own": 1})
 
     def families(self) -> list[Metric]:
         return []
@@ -67,6 +68,10 @@ async def test_a_stuck_source_costs_its_deadline_and_is_counted(
     assert [r.getMessage() for r in caplog.records if r.name == "gpu_enricher.sources"] == [
         "the proc source did not answer within 0.2s; keeping its previous snapshot"]
     stuck.behaviour = "ok"
+    stuck.up = False  # answers at once but is still down (busy): not a recovery yet
+    await sources.refresh(stuck, None)
+    assert "again" not in caplog.records[-1].getMessage()
+    stuck.up = True
     await sources.refresh(stuck, None)
     assert "answers within its deadline again" in caplog.records[-1].getMessage()
 

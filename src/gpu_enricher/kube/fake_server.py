@@ -9,7 +9,8 @@ entering or leaving the selection is ADDED or DELETED for that watch.
 
 Controls make it misbehave as a real one does: bookmarks, watches ended (normally, or dropped
 when it stops), 410 Gone (HTTP or an ERROR event in the stream), injected failures (403, 500,
-…), watches held open in silence, and stop/start on the same port. Every request is recorded.
+…), watches held open in silence or ended at once, and stop/start on the same port. Every
+request is recorded.
 
 Start it inside the event loop of its user (a test, the simulated node).
 """
@@ -84,11 +85,13 @@ def _error(status: int, message: str) -> web.Response:
 
 class FakeKubeApi:
     """Attributes tests may set: `stall_watches` (new watches get their headers, then
-    silence until stopped); `requests` holds every request in order."""
+    silence until stopped), `end_watches_immediately` (new watches answer 200 with an empty
+    body, as a misbehaving proxy or server may); `requests` holds every request in order."""
 
     def __init__(self, port: int = 0) -> None:
         self.port = port
         self.stall_watches = False
+        self.end_watches_immediately = False
         self.requests: list[RecordedRequest] = []
         self.version = 1
         self._pods: dict[str, Json] = {}
@@ -264,6 +267,9 @@ class FakeKubeApi:
         if expire or (since and since < self._compacted):
             await response.write(event_line(ERROR, status_object(
                 410, "Expired", f"too old resource version: {since} ({self._compacted})")))
+            await response.write_eof()
+            return response
+        if self.end_watches_immediately:
             await response.write_eof()
             return response
         watch = _Watch(node, query.get("allowWatchBookmarks", "").lower() in ("true", "1"),

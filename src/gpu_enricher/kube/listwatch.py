@@ -1,6 +1,11 @@
 """One list+watch loop, generic over the kind: list, watch from the list's resourceVersion,
 resume after a normal end, re-list after 410 Gone, back off after errors.
 
+A watch the server ends within `short_watch_seconds` without an event (client-go's "very
+short watch": a proxy or server answering 200 with an empty body) is a failure too, or the
+loop would re-watch as fast as the server answers. After one, the next watch is on probation:
+it counts as a success only once it delivers an event or stays open that long.
+
 The loop owns the current objects (an immutable uid → value map) and the bookkeeping the
 source reports: whether the view is current, restarts by reason, errors by reason. The calls
 come from `connect`, asked again after an `unauthorized` or `no_config` failure so a rotated
@@ -37,6 +42,8 @@ T = TypeVar("T")
 
 CLOSED: Final = "closed"
 """Restart reason: the server ended the watch at its timeout, the normal way."""
+SHORT_WATCH: Final = "short_watch"
+"""Restart and error reason: the server ended the watch at once, without an event."""
 
 # Failures only an operator can fix: retrying every second helps no one.
 _NEEDS_OPERATOR: Final = frozenset({FORBIDDEN, NO_CONFIG})
@@ -65,6 +72,8 @@ class ListWatchOptions:
     """A watch with no line for its timeout plus this margin is stalled and restarted."""
     backoff_initial_seconds: float = 1.0
     backoff_max_seconds: float = 60.0
+    short_watch_seconds: float = 1.0
+    """A watch that ends sooner than this without an event is a failure (client-go's bound)."""
 
 
 def backoff_delay(failures: int, reason: str, options: ListWatchOptions,
@@ -108,6 +117,8 @@ class ListWatch(Generic[T]):
         self.errors: Counter[str] = Counter()
         self._failing: str | None = None
         self._gone_in_a_row = 0
+        self._watch_events = 0  # events (bookmarks too) of the current watch
+        self._probation: asyncio.TimerHandle | None = None
 
     @property
     def stall_seconds(self) -> float:
@@ -161,19 +172,46 @@ class ListWatch(Generic[T]):
             self.lists += 1
             self.listed = True
             self._succeeded()
-        await stream_watch(calls.watch, self.resource_version,
-                           self.options.watch_timeout_seconds, self.stall_seconds,
-                           self._watch_opened, self._event)
+        # Timed from the request, as client-go does: a watch that lasted the server's whole
+        # timeout is never mistaken for a short one, however long the headers took.
+        started = time.monotonic()
+        try:
+            await stream_watch(calls.watch, self.resource_version,
+                               self.options.watch_timeout_seconds, self.stall_seconds,
+                               self._watch_opened, self._event)
+        finally:
+            self._end_probation()  # before any backoff: it must not fire while waiting
+        lasted = time.monotonic() - started
+        if self._watch_events == 0 and lasted < self.options.short_watch_seconds:
+            raise KubeError(SHORT_WATCH, f"the server ended the watch after {lasted:.3f}s "
+                                         "without an event")
+        if self._failing == SHORT_WATCH:
+            self._succeeded()  # it lasted: on probation no longer
         self.current_at = self._clock()  # an open watch, silent or not, was current till now
 
     def _watch_opened(self) -> None:
         self.watches += 1
         self.watching = True
-        self._succeeded()
+        self._watch_events = 0
+        if self._failing == SHORT_WATCH:
+            # Opening proves nothing when the last watches ended at once: succeed (reset the
+            # backoff, call the view current) only once this one has lasted, or on an event.
+            self._probation = asyncio.get_running_loop().call_later(
+                self.options.short_watch_seconds, self._succeeded)
+        else:
+            self._succeeded()
+
+    def _end_probation(self) -> None:
+        if self._probation is not None:
+            self._probation.cancel()
+            self._probation = None
 
     def _event(self, event: WatchEvent) -> None:
         self.objects = apply_event(self.objects, event, self._parse)
         self._gone_in_a_row = 0
+        self._watch_events += 1
+        if self._probation is not None:
+            self._succeeded()
         version = resource_version(event.object)
         if version is not None:  # bookmarks carry nothing else
             self.resource_version = version
@@ -182,6 +220,7 @@ class ListWatch(Generic[T]):
         self.last_success_wall = time.time()
 
     def _succeeded(self) -> None:
+        self._end_probation()
         self.current_at = self._clock()
         self.last_success_wall = time.time()
         self.failures = 0
@@ -194,7 +233,8 @@ class ListWatch(Generic[T]):
         self.errors[exc.reason] += 1
         if self.watching:  # a watch that opened and then broke (or went silent): a restart
             self.restarts[exc.reason] += 1
-            if exc.reason != STALLED:  # it was current until it broke; a silent one was not
+            # It was current until it broke; a silent one was not, nor one that ended at once.
+            if exc.reason not in (STALLED, SHORT_WATCH):
                 self.current_at = self._clock()
         self.watching = False
         self.failures += 1
@@ -210,6 +250,10 @@ class ListWatch(Generic[T]):
         if exc.reason == FORBIDDEN:
             log.warning("Kubernetes API forbids listing/watching %s (%s): %s; retrying slowly",
                         what, exc, self.kind.rbac_hint())
+        elif exc.reason == SHORT_WATCH:
+            log.warning("the Kubernetes API server ends every watch of %s at once, without "
+                        "an event (%s); keeping the last %d objects and watching again with "
+                        "backoff", what, exc, len(self.objects))
         elif exc.reason == NO_CONFIG:
             log.warning("cannot watch %s: %s; pass --kubeconfig, or run in a pod with a "
                         "service account token; retrying slowly", what, exc)

@@ -5,10 +5,12 @@ One background task lists the pods bound to this node and watches them (see `lis
 
 When is the view `synced`? From the first complete list on, while the watch is open, and for
 `stale_after_seconds` after the view was last known current (a list answered, a watch opened,
-a line read). The pods are kept through an outage either way: pods rarely change and their
-labels flapping in and out would split every series; but past that bound the consumer is told
-(synced=False) and falls back to the log directory, which cannot go stale. The default bound,
-max(60 s, 3 watch timeouts), rides out an API server upgrade without churning labels.
+a line read). The pods are kept and used through an outage either way: pods rarely change and
+their labels flapping in and out would split every series. `synced` only drives the
+`gpu_enricher_kubernetes_synced` metric and the log lines: the join always asks these pods
+first and the log directory after them (for any container they do not know), synced or not.
+The default bound, max(60 s, 3 watch timeouts), rides out an API server upgrade without a
+false alarm.
 """
 
 import asyncio
@@ -53,6 +55,8 @@ class PodWatchOptions:
     request_timeout_seconds: float = 30.0
     backoff_initial_seconds: float = 1.0
     backoff_max_seconds: float = 60.0
+    short_watch_seconds: float = 1.0
+    """A watch ended sooner, without an event, is a failure and is retried with backoff."""
 
     @property
     def stale_after(self) -> float:
@@ -62,7 +66,8 @@ class PodWatchOptions:
 
     def list_watch(self) -> ListWatchOptions:
         return ListWatchOptions(self.watch_timeout_seconds, self.stall_margin_seconds,
-                                self.backoff_initial_seconds, self.backoff_max_seconds)
+                                self.backoff_initial_seconds, self.backoff_max_seconds,
+                                self.short_watch_seconds)
 
 
 def _load_library() -> None:
@@ -113,7 +118,8 @@ class PodWatchSource:
         synced = self._watch.current_within(self.options.stale_after)
         if self._watch.listed and not synced and not self._stale_logged:
             log.warning("pods from the Kubernetes API not confirmed for over %.0fs: marked "
-                        "not synced (the log directory takes over)", self.options.stale_after)
+                        "not synced (still used; the log directory names the containers "
+                        "they do not know)", self.options.stale_after)
             self._stale_logged = True
         elif synced and self._stale_logged:
             log.warning("pods from the Kubernetes API are current again (%d pods)",
@@ -147,7 +153,8 @@ class PodWatchSource:
                                     value=watch.lists)
         restarts = CounterMetricFamily(
             f"{P}watch_restarts", "Pod watches ended, by reason: closed (the server's timeout, "
-            "normal), gone (410: re-listed), stalled (silent too long), or an error reason.",
+            "normal), gone (410: re-listed), stalled (silent too long), short_watch (ended at "
+            "once without an event: backed off), or an error reason.",
             labels=["reason"])
         for reason, count in sorted(watch.restarts.items()):
             restarts.add_metric([reason], count)
