@@ -98,6 +98,22 @@ class PodAssignment:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """One device of a ResourceClaim a container uses, as the kubelet's `List` reports it
+    under `dynamic_resources` (one per `ClaimResource`)."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_name: str
+    claim_namespace: str
+    driver: str  # e.g. gpu.nvidia.com
+    pool: str  # usually the node's name
+    device: str  # the DRA driver's device name, e.g. gpu-0 or a MIG device name
+    share_id: str | None = None  # set when the device is shared (ClaimResource.share_id)
+
+
+@dataclass(frozen=True, slots=True)
 class AllocatableDevices:
     """One resource's devices from `GetAllocatableResources`."""
 
@@ -116,6 +132,8 @@ class AssignmentSnapshot:
     api: str
     pod_age: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """(namespace, pod) → how many `List` answers ago the pod first appeared."""
+    claims: tuple[ClaimAllocation, ...] = ()
+    """Devices held through DRA ResourceClaims (`dynamic_resources`), every driver."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +198,25 @@ class PodDirectory:
     pods: tuple[PodMeta, ...] = ()
     synced: bool = False
     """True once a complete list arrived and the source is current."""
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    """One device a DRA driver publishes in this node's ResourceSlices."""
+
+    driver: str
+    pool: str
+    name: str
+    uuid: str  # attribute `uuid`: a GPU UUID (GPU-…) or a MIG device UUID (MIG-…)
+    kind: str = ""  # attribute `type`: gpu or mig (other drivers: whatever they say)
+    parent_uuid: str | None = None  # MIG: attribute `parentUUID`
+    profile: str | None = None  # MIG: attribute `profile`, e.g. 1g.10gb
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDirectory:
+    """The DRA devices of this node, from the Kubernetes API's ResourceSlices."""
+
+    devices: tuple[SliceDevice, ...] = ()
+    synced: bool = False
+    api_version: str = ""  # the resource.k8s.io version served: v1, v1beta2 or v1beta1
