@@ -134,9 +134,15 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         pod_uid=switch("kubernetes-enable-pod-uid"),
         kubeconfig=get("kubeconfig", Path, None),
         kubernetes_api=get("kubernetes-api", parse_bool, True),
+        dra=switch("kubernetes-enable-dra"),
+        dra_drivers=get("kubernetes-dra-driver-names", parse_names,
+                        frozenset({"gpu.nvidia.com"})),
         node_name=env.get("NODE_NAME") or socket.gethostname(),
     )
     warnings = _unimplemented_warnings(args, env)
+    if config.dra and not config.reads_slices:
+        warnings.append("--kubernetes-enable-dra needs -k/--kubernetes (the kubelet's claims) and "
+                        "the Kubernetes API (ResourceSlices): DRA labels off")
     if config.kube_api and not env.get("NODE_NAME") and simulate is None:
         warnings.append(f"NODE_NAME is not set: asking the Kubernetes API for the pods of node "
                         f"{config.node_name!r} (this host's name; in a pod that is the pod's "

@@ -16,20 +16,21 @@ from dataclasses import dataclass
 from .backend import BackendUnavailable, GpuBackend
 from .counters import CounterLine, CounterPlan, plan_counters
 from .cycle import CycleInputs, CycleOutputs, JoinOptions, compose
-from .devices import Attribution
 from .model import (
     AssignmentSnapshot,
     GpuSnapshot,
     NodeSnapshot,
     PodDirectory,
     ProcessTable,
+    SliceDirectory,
     SourceHealth,
 )
+from .news import Unmatched, report_gpu_changes
 from .ownmetrics import OwnMetrics
 from .podlabels import NO_POLICY, PodLabelPolicy
 from .query import Document, encode
 from .render import Exposition
-from .selfmetrics import allocation_family, self_families
+from .selfmetrics import allocation_family, claim_family, self_families
 from .sources import Source, SourceSet
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,11 @@ class CollectorOptions:
     extra_resources: frozenset[str] = frozenset()
     process_metrics: bool = False
     pod_policy: PodLabelPolicy = NO_POLICY
+    dra_drivers: frozenset[str] = frozenset()
 
     def join(self) -> JoinOptions:
         return JoinOptions(self.hostname, self.virtual_gpus, self.extra_resources,
-                           self.process_metrics, self.pod_policy)
+                           self.process_metrics, self.pod_policy, self.dra_drivers)
 
 
 class Collector:
@@ -67,6 +69,7 @@ class Collector:
         pods: Source[PodDirectory] | None = None,
         logs: Source[PodDirectory] | None = None,
         processes: Source[ProcessTable] | None = None,
+        slices: Source[SliceDirectory] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -74,9 +77,10 @@ class Collector:
         self.pods = pods
         self.logs = logs
         self.processes = processes
+        self.slices = slices
         # A source's refresh may take most of a pass, never more (the kubelet's own deadline
         # is shorter); a stuck one is abandoned and counted.
-        self._sources = SourceSet((assignments, pods, logs, processes),
+        self._sources = SourceSet((assignments, pods, logs, processes, slices),
                                   max(1.0, options.interval_seconds))
         self.sources = self._sources.all
         self.options = options
@@ -96,7 +100,7 @@ class Collector:
         self._errors: Counter[str] = Counter()
         self._last_duration: float | None = None
         self._last_success: float | None = None
-        self._unmatched_logged: set[str] = set()
+        self._unmatched = Unmatched()
         self._own = OwnMetrics()
         self.document: Document = {}
         """The query API's view of the last pass (/api/v1/gpus)."""
@@ -126,14 +130,6 @@ class Collector:
             self._document_bytes = cached
         return cached[1]
 
-    def _log_unmatched(self, attribution: Attribution) -> None:
-        for device_id in attribution.unmatched:
-            # Once per ID (bounded): an unknown form or a device of another node is news once.
-            if device_id not in self._unmatched_logged and len(self._unmatched_logged) < 1000:
-                self._unmatched_logged.add(device_id)
-                log.warning("kubelet device ID %r matches no GPU or MIG instance of this node",
-                            device_id)
-
     def _inputs(self) -> CycleInputs:
         return CycleInputs(
             self.snapshot, self.plan,
@@ -141,7 +137,8 @@ class Collector:
             self.pods.snapshot() if self.pods is not None else None,
             self.logs.snapshot() if self.logs is not None else None,
             self.processes.snapshot() if self.processes is not None else None,
-            self._last_success)
+            self._last_success,
+            self.slices.snapshot() if self.slices is not None else None)
 
     def _render(self) -> Exposition:
         """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
@@ -149,10 +146,14 @@ class Collector:
         joined: CycleOutputs = compose(self._inputs(), self._join)
         own = self_families(self.snapshot, self.health(), self.options.hostname,
                             self.backend.name)
-        if joined.attribution is not None:
-            self._log_unmatched(joined.attribution)
-            if self.snapshot is not None:
-                own.append(allocation_family(self.snapshot, joined.attribution))
+        self._unmatched.report(
+            joined.attribution.unmatched if joined.attribution is not None else (),
+            joined.claims.unresolved if joined.claims is not None else ())
+        if joined.attribution is not None and self.snapshot is not None:
+            own.append(allocation_family(self.snapshot, joined.attribution))
+        if joined.claims is not None:
+            own += claim_family(sum(map(len, joined.claims.holders.values())),
+                                joined.claims.unresolved)
         own += self._sources.families()
         self.document = joined.document
         return Exposition.from_families(joined.families, self._own.render(own))
@@ -243,21 +244,11 @@ class Collector:
         assert isinstance(snapshot, NodeSnapshot)
         for error in snapshot.errors:
             self._errors[error.reason] += 1
-        self._report_gpu_changes(snapshot)
+        report_gpu_changes(self.snapshot, snapshot)
         self.snapshot = snapshot
         self._collections += 1
         self._last_success = self._wall_clock()
         self._last_duration = time.perf_counter() - started
-
-    def _report_gpu_changes(self, snapshot: NodeSnapshot) -> None:
-        before = {g.identity.index: g.healthy for g in self.snapshot.gpus} if self.snapshot else {}
-        for gpu in snapshot.gpus:
-            was = before.get(gpu.identity.index, True)
-            if was and not gpu.healthy:
-                log.error("GPU %d (%s) stopped answering: %s", gpu.identity.index,
-                          gpu.identity.uuid or "uuid unknown", gpu.error)
-            elif not was and gpu.healthy:
-                log.warning("GPU %d (%s) answers again", gpu.identity.index, gpu.identity.uuid)
 
     async def _reopen(self, exc: BackendUnavailable) -> None:
         """The backend went away mid-run: every GPU reports down (its DCGM series vanish,

@@ -33,12 +33,20 @@ class Config:
     pod_uid: bool = False  # --kubernetes-enable-pod-uid
     kubeconfig: Path | None = None  # else in-cluster, else $KUBECONFIG
     kubernetes_api: bool = True  # False: never call the API server (no RBAC granted)
+    dra: bool = False  # --kubernetes-enable-dra: devices held through ResourceClaims
+    dra_drivers: frozenset[str] = frozenset({"gpu.nvidia.com"})
     node_name: str = ""  # this node, for the Kubernetes API's field selector
 
     @property
     def kube_api(self) -> bool:
         """Whether pod metadata is read from the Kubernetes API."""
-        return self.kubernetes_api and (self.process_metrics or self.pod_labels or self.pod_uid)
+        return self.kubernetes_api and (self.process_metrics or self.pod_labels or self.pod_uid
+                                        or self.reads_slices)
+
+    @property
+    def reads_slices(self) -> bool:
+        """DRA: the kubelet's claims are resolved through this node's ResourceSlices."""
+        return self.dra and self.kubernetes and self.kubernetes_api
 
     @property
     def reads_proc(self) -> bool:

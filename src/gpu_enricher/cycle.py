@@ -6,10 +6,18 @@ import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from .claims import ClaimHolders, claim_holders, merged
 from .counters import CounterPlan
 from .devices import EMPTY_ATTRIBUTION, Attribution, attribute
 from .join import PodContext, dcgm_families
-from .model import AssignmentSnapshot, NodeSnapshot, PodAssignment, PodDirectory, ProcessTable
+from .model import (
+    AssignmentSnapshot,
+    NodeSnapshot,
+    PodAssignment,
+    PodDirectory,
+    ProcessTable,
+    SliceDirectory,
+)
 from .podlabels import NO_POLICY, PodLabelPolicy
 from .process_families import process_families
 from .query import Document, gpus_document
@@ -31,6 +39,8 @@ class JoinOptions:
     extra_resources: frozenset[str] = frozenset()
     process_metrics: bool = False
     pod_policy: PodLabelPolicy = NO_POLICY
+    dra_drivers: frozenset[str] = frozenset()
+    """DRA drivers whose claims attribute devices (`--kubernetes-enable-dra`); empty: off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +52,7 @@ class CycleInputs:
     log_pods: PodDirectory | None = None
     processes: ProcessTable | None = None
     collected_at: float | None = None
+    slices: SliceDirectory | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +62,29 @@ class CycleOutputs:
     """None without a kubelet source."""
     processes: tuple[GpuProcess, ...]
     document: Document
+    claims: ClaimHolders | None = None
+    """DRA: the claim holders found and the claimed devices no slice resolves; None: off."""
 
 
-def _attribution(inputs: CycleInputs, extra: Collection[str], pods: PodIndex) -> Attribution:
+def _claims(inputs: CycleInputs, drivers: frozenset[str]) -> ClaimHolders | None:
+    if not drivers or inputs.node is None or inputs.assignments is None:
+        return None
+    return claim_holders(inputs.node.gpus, inputs.assignments.claims,
+                         inputs.slices or SliceDirectory(), drivers)
+
+
+def _attribution(inputs: CycleInputs, extra: Collection[str], pods: PodIndex,
+                 claims: ClaimHolders | None) -> Attribution:
     assert inputs.node is not None and inputs.assignments is not None
     found = attribute(inputs.node.gpus, inputs.assignments.assignments, extra,
                       inputs.assignments.pod_age)
+    if claims is not None:
+        found = merged(found, claims, inputs.assignments.pod_age)
     return live_holders(found, pods) if pods.by_name else found
 
 
-def _allocation(inputs: CycleInputs, pods: PodIndex) -> Allocation | None:
+def _allocation(inputs: CycleInputs, pods: PodIndex,
+                claims: ClaimHolders | None) -> Allocation | None:
     """Every holder of every resource, and the devices the device plugin manages; None unless
     the kubelet's last `List` answered (a process is never called unallocated on an old
     answer: its pod may have been given the GPU since)."""
@@ -75,7 +99,11 @@ def _allocation(inputs: CycleInputs, pods: PodIndex) -> Allocation | None:
     free = attribute(inputs.node.gpus,
                      [PodAssignment("", "", "", d.resource, d.device_ids) for d in offered],
                      resources)
-    return Allocation(held.holders, frozenset(held.holders) | frozenset(free.holders))
+    managed = frozenset(held.holders) | frozenset(free.holders)
+    if claims is not None:  # a GPU a DRA driver publishes is handed out through claims
+        held = merged(held, claims, answer.pod_age)
+        managed |= claims.managed | frozenset(claims.holders)
+    return Allocation(held.holders, managed)
 
 
 def _proc_usable(inputs: CycleInputs) -> bool:
@@ -90,13 +118,14 @@ def _proc_usable(inputs: CycleInputs) -> bool:
 
 def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
     api = PodIndex.of(inputs.api_pods)
-    attribution = (_attribution(inputs, options.extra_resources, api)
+    claims = _claims(inputs, options.dra_drivers)
+    attribution = (_attribution(inputs, options.extra_resources, api, claims)
                    if inputs.node is not None and inputs.assignments is not None else None)
     logs = PodIndex.of(inputs.log_pods)
     processes: tuple[GpuProcess, ...] = ()
     if inputs.node is not None and inputs.processes is not None:
         processes = gpu_processes(inputs.node, inputs.processes, [api, logs],
-                                  _allocation(inputs, api))
+                                  _allocation(inputs, api, claims))
     families: list[Family] = []
     if inputs.node is not None and inputs.plan is not None:
         # A pod label named like a label-type field of this counters file is prefixed too.
@@ -113,4 +142,4 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
             families += process_families(processes, policy)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics)
-    return CycleOutputs(families, attribution, processes, document)
+    return CycleOutputs(families, attribution, processes, document, claims)

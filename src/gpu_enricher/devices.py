@@ -10,7 +10,7 @@ nodes); the `device` label keeps dcgm-exporter's `nvidia<index>`.
 
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from .model import AllocatableDevices, GpuSnapshot, PodAssignment
@@ -18,7 +18,8 @@ from .model import AllocatableDevices, GpuSnapshot, PodAssignment
 NVIDIA_GPU: Final = "nvidia.com/gpu"
 NVIDIA_MIG_PREFIX: Final = "nvidia.com/mig-"
 
-_REPLICA = re.compile(r"^(?P<base>.+)::(?P<replica>\d+)$")
+# An empty suffix (`GPU-<uuid>::`) is no replica: dcgm-exporter strips it and matches the base.
+_REPLICA = re.compile(r"^(?P<base>.+)::(?P<replica>\d*)$")
 _BARE_UUID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
 _LEGACY_MIG = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-fA-F-]+)/(?P<gi>\d+)/(?P<ci>\d+)$")
 _GKE = re.compile(r"^nvidia(?P<minor>\d+)(?:/gi(?P<gi>\d+))?(?:/vgpu(?P<vgpu>\d+))?$")
@@ -38,6 +39,30 @@ class DeviceRef:
     replica: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """The DRA ResourceClaim behind a holding: dcgm-exporter's `dra_*` labels."""
+
+    claim_name: str
+    claim_namespace: str
+    driver: str
+    pool: str
+    device: str
+    mig_profile: str | None = None
+    mig_uuid: str | None = None
+
+    def label_pairs(self) -> list[tuple[str, str]]:
+        pairs = [("dra_claim_name", self.claim_name),
+                 ("dra_claim_namespace", self.claim_namespace),
+                 ("dra_device_name", self.device), ("dra_driver_name", self.driver),
+                 ("dra_pool_name", self.pool)]
+        if self.mig_profile is not None:
+            pairs.append(("dra_mig_profile", self.mig_profile))
+        if self.mig_uuid is not None:
+            pairs.append(("dra_mig_device_uuid", self.mig_uuid))
+        return pairs
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Holder:
     """One (pod, container) holding one device ID; ordered for a deterministic choice."""
@@ -45,9 +70,10 @@ class Holder:
     namespace: str
     pod: str
     container: str
-    resource: str
-    device_id: str
+    resource: str  # a device plugin's resource name, or a DRA driver's name
+    device_id: str  # as the kubelet reports it; for a claim `<pool>/<device>`
     replica: str | None = None
+    claim: ClaimRef | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +104,7 @@ def parse_device_id(device_id: str) -> DeviceRef | None:
     replica: str | None = None
     base = device_id.strip()
     if (m := _REPLICA.match(base)) is not None:
-        base, replica = m["base"], m["replica"]
+        base, replica = m["base"], m["replica"] or None
     if (m := _LEGACY_MIG.match(base)) is not None:
         return DeviceRef(gpu_uuid=m["gpu"], gpu_instance=int(m["gi"]), replica=replica)
     if base.startswith("GPU-"):
@@ -95,14 +121,14 @@ def parse_device_id(device_id: str) -> DeviceRef | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _NodeIndex:
+class NodeIndex:
     by_uuid: Mapping[str, int]
     by_minor: Mapping[int, int]
     by_mig_uuid: Mapping[str, EntityKey]
     instances: frozenset[EntityKey]
 
 
-def _index(gpus: Iterable[GpuSnapshot]) -> _NodeIndex:
+def node_index(gpus: Iterable[GpuSnapshot]) -> NodeIndex:
     by_uuid: dict[str, int] = {}
     by_minor: dict[int, int] = {}
     by_mig: dict[str, EntityKey] = {}
@@ -117,10 +143,10 @@ def _index(gpus: Iterable[GpuSnapshot]) -> _NodeIndex:
         for inst in gpu.instances:
             by_mig[inst.uuid.lower()] = (ident.index, inst.gpu_instance_id)
             instances.add((ident.index, inst.gpu_instance_id))
-    return _NodeIndex(by_uuid, by_minor, by_mig, frozenset(instances))
+    return NodeIndex(by_uuid, by_minor, by_mig, frozenset(instances))
 
 
-def _resolve(ref: DeviceRef, node: _NodeIndex) -> EntityKey | None:
+def _resolve(ref: DeviceRef, node: NodeIndex) -> EntityKey | None:
     if ref.mig_uuid is not None:
         return node.by_mig_uuid.get(ref.mig_uuid.lower())
     if ref.gpu_uuid is not None:
@@ -135,14 +161,15 @@ def _resolve(ref: DeviceRef, node: _NodeIndex) -> EntityKey | None:
     return key if ref.gpu_instance is None or key in node.instances else None
 
 
-def _ordered(holders: set[Holder], pod_age: Mapping[tuple[str, str], int]) -> tuple[Holder, ...]:
+def ordered(holders: set[Holder], pod_age: Mapping[tuple[str, str], int]) -> tuple[Holder, ...]:
     """Sorted; but an exclusive device (no replica) listed for several pods is a kubelet before
     1.34 still listing finished pods (kubernetes #119423): the newest pod holds it, so it
-    goes first. `pod_age` is how many `List` answers ago a pod first appeared."""
-    ordered = sorted(holders)
-    if len(ordered) > 1 and all(h.replica is None for h in ordered):
-        ordered.sort(key=lambda h: pod_age.get((h.namespace, h.pod), 0))
-    return tuple(ordered)
+    goes first. `pod_age` is how many `List` answers ago a pod first appeared. Pods sharing a
+    ResourceClaim are a real share, not that bug: they keep the sorted order."""
+    result = sorted(holders)
+    if len(result) > 1 and all(h.replica is None and h.claim is None for h in result):
+        result.sort(key=lambda h: pod_age.get((h.namespace, h.pod), 0))
+    return tuple(result)
 
 
 def attribute(
@@ -152,7 +179,7 @@ def attribute(
     pod_age: Mapping[tuple[str, str], int] | None = None,
 ) -> Attribution:
     """Which (pod, container) holds each GPU and MIG instance of this node."""
-    node = _index(gpus)
+    node = node_index(gpus)
     holders: dict[EntityKey, set[Holder]] = {}
     unmatched: list[str] = []
     for assignment in assignments:
@@ -168,7 +195,7 @@ def attribute(
                 assignment.namespace, assignment.pod, assignment.container,
                 assignment.resource, device_id, ref.replica))
     ages = pod_age or {}
-    return Attribution({k: _ordered(v, ages) for k, v in holders.items()},
+    return Attribution({k: ordered(v, ages) for k, v in holders.items()},
                        tuple(sorted(set(unmatched))))
 
 

@@ -130,6 +130,12 @@ OPTIONS: Final = (
     Option("kubernetes-virtual-gpus", None, None,
            "repeat a shared GPU's series for each pod holding a replica, with a vgpu label; "
            "its FB_USED and GPU_UTIL then come from that pod's processes (reads --proc-root)"),
+    Option("kubernetes-enable-dra", None, None,
+           "attribute GPUs and MIG slices held through DRA ResourceClaims (the kubelet's "
+           "dynamic_resources, resolved by this node's ResourceSlices: Kubernetes API, "
+           "get/list/watch resource.k8s.io resourceslices); adds dra_* labels"),
+    Option("kubernetes-dra-driver-names", None, parse_names,
+           "DRA drivers whose claims count, comma-separated (default gpu.nvidia.com)", "NAMES"),
     Option("kubernetes-enable-pod-labels", None, None,
            "add each pod's Kubernetes labels to its series (Kubernetes API: get/list/watch "
            "pods)"),
@@ -160,10 +166,14 @@ OPTIONS: Final = (
 IMPLEMENTED_LONG: Final = frozenset(o.long for o in OPTIONS) | {"simulate"}
 
 
+# Variables the GPU Operator sets besides dcgm-exporter's own (its DRA switch).
+OPERATOR_ENV: Final = {"kubernetes-enable-dra": ("DCGM_EXPORTER_KUBERNETES_ENABLE_DRA",)}
+
+
 def env_names(long: str) -> tuple[str, ...]:
     own = "GPU_ENRICHER_" + long.upper().replace("-", "_")
     dcgm = _dcgm(long)
-    return (own, *(dcgm.env if dcgm else ()))
+    return (own, *(dcgm.env if dcgm else ()), *OPERATOR_ENV.get(long, ()))
 
 
 def _env_help(long: str) -> str:

@@ -105,6 +105,8 @@ def _labels(head: Pairs, fields: Pairs, holder: Holder | None, vgpu: bool,
              (names.LABEL_POD, holder.pod)]
     if vgpu and holder.replica is not None:
         attrs.append((names.LABEL_VGPU, holder.replica))
+    if holder.claim is not None:  # dcgm-exporter's dra_* attributes
+        attrs += holder.claim.label_pairs()
     if pods.policy.enabled:
         meta = pods.index.by_name.get((holder.namespace, holder.pod))
         extra = pods.policy.pairs(meta, pods.uids.get((holder.namespace, holder.pod), ""))

@@ -110,7 +110,19 @@ def allocation_family(snapshot: NodeSnapshot, attribution: Attribution) -> Metri
             ident.append((names.LABEL_GPU_I_ID, str(gi)))
         samples.extend(([*ident, ("resource", h.resource), ("device_id", h.device_id),
                          (names.LABEL_NAMESPACE, h.namespace), (names.LABEL_POD, h.pod),
-                         (names.LABEL_CONTAINER, h.container)], 1) for h in holders)
+                         (names.LABEL_CONTAINER, h.container),
+                         *(h.claim.label_pairs()[:2] if h.claim is not None else ())], 1)
+                        for h in holders)
     return _family(f"{P}device_allocation_info", "gauge",
                    "A pod's container holds this device (time-slicing and MPS replicas "
-                   "included).", samples)
+                   "included; a DRA claim's holders with dra_claim_name and "
+                   "dra_claim_namespace).", samples)
+
+
+def claim_family(resolved: int, unresolved: Collection[str]) -> list[Metric]:
+    """DRA: claimed devices matched to a GPU, and those no ResourceSlice resolves."""
+    return [_family(f"{P}dra_claim_devices", "gauge",
+                    "Devices held through DRA ResourceClaims, by whether a ResourceSlice of "
+                    "this node resolves them to a GPU or MIG instance.",
+                    [([("resolved", "true")], resolved), ([("resolved", "false")],
+                                                          len(unresolved))])]

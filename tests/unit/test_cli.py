@@ -60,6 +60,20 @@ def test_dcgm_manifest_env_and_flags_are_accepted() -> None:
     assert len(warnings) == 1
 
 
+def test_dra_flags_and_the_operators_variable() -> None:
+    config, warnings = parse_config(["-k"], {"DCGM_EXPORTER_KUBERNETES_ENABLE_DRA": "true",
+                                             "NODE_NAME": "n"})
+    assert config.dra and config.reads_slices and config.kube_api and not warnings
+    assert config.dra_drivers == {"gpu.nvidia.com"}
+    config, _ = parse_config(["-k", "--kubernetes-enable-dra", "--kubernetes-dra-driver-names",
+                              "gpu.nvidia.com, compute-domain.nvidia.com"], {"NODE_NAME": "n"})
+    assert config.dra_drivers == {"gpu.nvidia.com", "compute-domain.nvidia.com"}
+    config, warnings = parse_config([], {"KUBERNETES_ENABLE_DRA": "true"})
+    assert config.dra and not config.reads_slices and not config.kube_api
+    assert warnings == ["--kubernetes-enable-dra needs -k/--kubernetes (the kubelet's claims) "
+                        "and the Kubernetes API (ResourceSlices): DRA labels off"]
+
+
 def test_process_and_pod_label_flags() -> None:
     config, warnings = parse_config(
         ["--process-metrics", "--proc-root", "/host/proc", "--kubeconfig", "/k/config",
@@ -250,7 +264,7 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     assert compat, out
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
-    assert len(ignored) == 34  # 3 pod-label flags implemented since issue 10
+    assert len(ignored) == 33  # pod-label flags (issue 10) and DRA (issue 11) implemented
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long

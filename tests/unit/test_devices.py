@@ -37,6 +37,10 @@ NODE = (
         ("nvidia.com/gpu", "nvidia2/gi1/vgpu1", (2, 1), "1"),
         ("nvidia.com/gpu.shared", f"{U0}::1", (0, None), "1"),  # --nvidia-resource-names
         ("nvidia.com/gpu", "GPU-" + U0[4:].upper(), (0, None), None),  # case-insensitive
+        # An empty replica suffix is no replica (dcgm-exporter strips `::` and matches the base).
+        ("nvidia.com/gpu", f"{U0}::", (0, None), None),
+        ("nvidia.com/gpu", U1.removeprefix("GPU-") + "::", (1, None), None),
+        ("nvidia.com/mig-3g.40gb", f"{MIG1}::", (2, 1), None),
     ],
 )
 def test_every_device_id_form(resource: str, device_id: str, key: tuple[int, int | None],
