@@ -16,7 +16,7 @@ from gpu_enricher.kubelet._generated.podresources.v1 import api_pb2_grpc as v1_g
 from gpu_enricher.kubelet._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from gpu_enricher.kubelet._generated.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from gpu_enricher.kubelet.fake_server import FakeKubelet
-from gpu_enricher.model import AllocatableDevices, PodAssignment
+from gpu_enricher.model import AllocatableDevices, ClaimAllocation, PodAssignment
 
 GPU0 = "GPU-8a748984-0fe7-297f-916c-4b998ce202d1"
 GPU1 = "GPU-1d2c3b4a-0000-1111-2222-333344445555"
@@ -92,6 +92,81 @@ async def test_v1alpha1_list(kubelet: FakeKubelet) -> None:
         listed = await stub.List(v1alpha1_pb2.ListPodResourcesRequest(), timeout=5)
     assert _devices(listed) == EXPECTED
     assert kubelet.calls == {"v1alpha1.List": 1}
+
+
+CLAIMS = (
+    # Beside train-0/main's device-plugin GPU: that container is listed once, with both.
+    ClaimAllocation("ml", "train-0", "main", "gpus", "ml", "gpu.nvidia.com", "node-a", "gpu-0"),
+    ClaimAllocation("ml", "train-0", "main", "gpus", "ml", "gpu.nvidia.com", "node-a", "gpu-1"),
+    ClaimAllocation("ml", "shared", "c", "pool", "infra", "gpu.nvidia.com", "node-a", "gpu-2",
+                    share_id="a1"),
+)
+
+
+def _claims(
+    response: v1_pb2.ListPodResourcesResponse,
+) -> list[tuple[str, str, list[tuple[str, str, list[tuple[str, str, str, str | None, int]]]]]]:
+    return [
+        (
+            pod.name,
+            container.name,
+            [
+                (
+                    claim.claim_namespace,
+                    claim.claim_name,
+                    [
+                        (
+                            r.driver_name,
+                            r.pool_name,
+                            r.device_name,
+                            r.share_id if r.HasField("share_id") else None,
+                            len(r.cdi_devices),
+                        )
+                        for r in claim.claim_resources
+                    ],
+                )
+                for claim in container.dynamic_resources
+            ],
+        )
+        for pod in response.pod_resources
+        for container in pod.containers
+        if container.dynamic_resources
+    ]
+
+
+async def test_v1_list_serves_claims_beside_devices(kubelet: FakeKubelet) -> None:
+    kubelet.set_claims(CLAIMS)
+    async with grpc.aio.insecure_channel(kubelet.target) as channel:
+        listed = await v1_grpc.PodResourcesListerStub(channel).List(
+            v1_pb2.ListPodResourcesRequest(), timeout=5
+        )
+    # The device-plugin devices are unchanged; a claim-only pod lists its container empty.
+    assert _devices(listed) == [*EXPECTED, ("ml", "shared", "c", [])]
+    assert _claims(listed) == [
+        ("train-0", "main", [("ml", "gpus", [("gpu.nvidia.com", "node-a", "gpu-0", None, 1),
+                                             ("gpu.nvidia.com", "node-a", "gpu-1", None, 1)])]),
+        ("shared", "c", [("infra", "pool", [("gpu.nvidia.com", "node-a", "gpu-2", "a1", 1)])]),
+    ]
+    # Replacing the device-plugin pods keeps the claims (set_claims above kept the pods).
+    kubelet.set_assignments([])
+    async with grpc.aio.insecure_channel(kubelet.target) as channel:
+        relisted = await v1_grpc.PodResourcesListerStub(channel).List(
+            v1_pb2.ListPodResourcesRequest(), timeout=5
+        )
+    assert _devices(relisted) == [("ml", "train-0", "main", []), ("ml", "shared", "c", [])]
+    assert _claims(relisted) == _claims(listed)
+
+
+async def test_v1alpha1_list_never_carries_claims(kubelet: FakeKubelet) -> None:
+    kubelet.set_claims(CLAIMS)
+    async with grpc.aio.insecure_channel(kubelet.target) as channel:
+        listed = await v1alpha1_grpc.PodResourcesListerStub(channel).List(
+            v1alpha1_pb2.ListPodResourcesRequest(), timeout=5
+        )
+    assert _devices(listed) == [*EXPECTED, ("ml", "shared", "c", [])]
+    # Not even as unknown fields: the bytes read as v1 hold no dynamic_resources.
+    as_v1 = v1_pb2.ListPodResourcesResponse.FromString(listed.SerializeToString())
+    assert _claims(as_v1) == []
 
 
 async def test_fail_next_fails_once_then_answers(kubelet: FakeKubelet) -> None:

@@ -5,6 +5,7 @@ kubelet share the stubs) but a real kubelet would answer garbage or UNIMPLEMENTE
 below is the kubelet's published API, checked against the descriptors.
 """
 
+import dataclasses
 import importlib.metadata
 from pathlib import Path
 from types import ModuleType
@@ -188,6 +189,31 @@ def test_share_id_is_explicitly_optional() -> None:
     assert not claim.HasField("share_id")
     claim.share_id = ""
     assert claim.HasField("share_id")
+
+
+def test_parse_claims_keeps_share_id_presence() -> None:
+    from gpu_enricher.kubelet.client import parse_claims
+    from gpu_enricher.model import ClaimAllocation
+
+    def resource(device: str, **shared: str) -> v1_pb2.ClaimResource:
+        return v1_pb2.ClaimResource(driver_name="gpu.nvidia.com", pool_name="node-a",
+                                    device_name=device, **shared)
+
+    pod = v1_pb2.PodResources(name="p", namespace="ns", containers=[
+        v1_pb2.ContainerResources(name="c", dynamic_resources=[v1_pb2.DynamicResource(
+            claim_name="gpus", claim_namespace="ns",
+            claim_resources=[resource("gpu-0"), resource("gpu-1", share_id=""),
+                             resource("gpu-2", share_id="s1")])]),
+        v1_pb2.ContainerResources(name="idle"),  # no devices, no claims: nothing
+    ])
+    # The bytes a real kubelet sends, not the object we built.
+    parsed = v1_pb2.PodResources.FromString(pod.SerializeToString())
+    claim = ClaimAllocation("ns", "p", "c", "gpus", "ns", "gpu.nvidia.com", "node-a", "")
+    assert parse_claims([parsed]) == (
+        dataclasses.replace(claim, device="gpu-0"),
+        dataclasses.replace(claim, device="gpu-1", share_id=""),
+        dataclasses.replace(claim, device="gpu-2", share_id="s1"),
+    )
 
 
 @pytest.mark.parametrize(

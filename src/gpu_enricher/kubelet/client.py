@@ -2,7 +2,8 @@
 
 One persistent channel; a deadline on every call; a receive limit far above gRPC's 4 MiB
 default (pod-dense nodes produce larger `List` answers: dcgm-exporter #509); `v1alpha1.List`
-when the kubelet answers `UNIMPLEMENTED` for v1 (old kubelets).
+when the kubelet answers `UNIMPLEMENTED` for v1 (old kubelets). Devices held through DRA
+ResourceClaims come only from v1 (`dynamic_resources`; v1alpha1 has no such field).
 """
 
 import logging
@@ -13,7 +14,7 @@ from typing import Any, Final
 
 import grpc
 
-from ..model import AllocatableDevices, PodAssignment
+from ..model import AllocatableDevices, ClaimAllocation, PodAssignment
 from ._generated.podresources.v1 import api_pb2 as v1_pb2
 from ._generated.podresources.v1 import api_pb2_grpc as v1_grpc
 from ._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
@@ -36,6 +37,7 @@ class KubeletError(Exception):
 class ListResult:
     assignments: tuple[PodAssignment, ...]
     api: str  # "v1" or "v1alpha1"
+    claims: tuple[ClaimAllocation, ...] = ()  # always empty from v1alpha1
 
 
 def parse_pod_resources(pods: Iterable[Any]) -> tuple[PodAssignment, ...]:
@@ -48,6 +50,22 @@ def parse_pod_resources(pods: Iterable[Any]) -> tuple[PodAssignment, ...]:
                 result.append(PodAssignment(pod.namespace, pod.name, container.name,
                                             devices.resource_name, tuple(devices.device_ids)))
     return tuple(result)
+
+
+def parse_claims(pods: Iterable[v1_pb2.PodResources]) -> tuple[ClaimAllocation, ...]:
+    """v1 `PodResources` → one allocation per container, claim and claimed device.
+    Every driver is kept: which ones count is the join's decision."""
+    return tuple(
+        ClaimAllocation(pod.namespace, pod.name, container.name, claim.claim_name,
+                        claim.claim_namespace, device.driver_name, device.pool_name,
+                        device.device_name,
+                        # proto3 `optional`: unset (not shared) differs from "".
+                        device.share_id if device.HasField("share_id") else None)
+        for pod in pods
+        for container in pod.containers
+        for claim in container.dynamic_resources
+        for device in claim.claim_resources
+    )
 
 
 def parse_allocatable(devices: Iterable[Any]) -> tuple[AllocatableDevices, ...]:
@@ -98,7 +116,8 @@ class PodResourcesClient:
         if not self._v1_unimplemented:
             try:
                 response = await self._unary(v1.List, v1_pb2.ListPodResourcesRequest())
-                return ListResult(parse_pod_resources(response.pod_resources), "v1")
+                return ListResult(parse_pod_resources(response.pod_resources), "v1",
+                                  parse_claims(response.pod_resources))
             except KubeletError as exc:
                 if exc.code != grpc.StatusCode.UNIMPLEMENTED.name:
                     raise

@@ -17,14 +17,14 @@ import asyncio
 import collections
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, Self
 
 import grpc
 
-from gpu_enricher.model import AllocatableDevices, PodAssignment
+from gpu_enricher.model import AllocatableDevices, ClaimAllocation, PodAssignment
 
 from ._generated.podresources.v1 import api_pb2 as v1_pb2
 from ._generated.podresources.v1 import api_pb2_grpc as v1_grpc
@@ -81,7 +81,7 @@ async def _abort(context: ServicerContext, code: grpc.StatusCode, details: str) 
 
 
 class FakeKubelet:
-    """The kubelet's pod-resources endpoint, served from `set_assignments`/`set_allocatable`.
+    """The kubelet's pod-resources endpoint, served from the state its `set_*` methods give.
 
     Attributes tests may set at any time, taking effect on the next call:
     `v1_unimplemented` (an old kubelet: v1 methods answer UNIMPLEMENTED, v1alpha1 works),
@@ -127,9 +127,13 @@ class FakeKubelet:
 
     # --- state -------------------------------------------------------------------------------
 
-    def set_assignments(self, assignments: Sequence[PodAssignment]) -> None:
-        """Replace the pods (see `list_answers` for how they are grouped)."""
-        self._answers = list_answers(assignments)
+    def set_assignments(self, assignments: Iterable[PodAssignment]) -> None:
+        """Replace the device-plugin devices (see `list_answers` for how pods are grouped)."""
+        self._answers = self._answers.with_assignments(assignments)
+
+    def set_claims(self, claims: Iterable[ClaimAllocation]) -> None:
+        """Replace the devices held through ResourceClaims (v1 `dynamic_resources` only)."""
+        self._answers = self._answers.with_claims(claims)
 
     def set_allocatable(self, devices: Sequence[AllocatableDevices]) -> None:
         """Replace the allocatable devices answered by `GetAllocatableResources`."""

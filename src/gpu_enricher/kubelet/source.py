@@ -3,22 +3,25 @@
 A kubelet that is down, rate-limiting (its 100 qps / burst 10 budget is shared by every
 client of the socket) or slow degrades the output: the last good assignments are kept for a
 bounded time, then dropped rather than showing possibly wrong pod labels. GPU series flow
-either way.
+either way. Devices held through DRA ResourceClaims follow the same rules as the assignments:
+they come from the same `List` answer, so they are kept and dropped together.
 """
 
 import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client.metrics_core import Metric
 
+from .. import names
 from ..model import (
     AllocatableDevices,
     AssignmentSnapshot,
+    ClaimAllocation,
     NodeSnapshot,
     PodAssignment,
     SourceHealth,
@@ -51,6 +54,7 @@ class KubeletSource:
         self.options = options
         self._clock = clock
         self._assignments: tuple[PodAssignment, ...] = ()
+        self._claims: tuple[ClaimAllocation, ...] = ()
         self._fetched_at: float | None = None
         self._allocatable: tuple[AllocatableDevices, ...] | None = None
         self._allocatable_at: float | None = None
@@ -81,7 +85,8 @@ class KubeletSource:
             self._failed(exc, now)
             return
         self._assignments = result.assignments
-        self._track_pods(result.assignments)
+        self._claims = result.claims
+        self._track_pods((*result.assignments, *result.claims))
         self._api = result.api
         self._fetched_at = now
         self._up = True
@@ -101,10 +106,11 @@ class KubeletSource:
             except KubeletError as exc:  # retried next cycle; the assignments stand
                 self.errors[exc.code] += 1
 
-    def _track_pods(self, assignments: tuple[PodAssignment, ...]) -> None:
-        """Remember in which `List` answer each pod first appeared (forgotten once gone)."""
+    def _track_pods(self, holders: Iterable[PodAssignment | ClaimAllocation]) -> None:
+        """Remember in which `List` answer each pod first appeared (forgotten once gone); a pod
+        that holds only claims counts too, so "newest pod wins" sees it."""
         self._lists += 1
-        listed = {(a.namespace, a.pod) for a in assignments}
+        listed = {(h.namespace, h.pod) for h in holders}
         self._first_list = {pod: self._first_list.get(pod, self._lists) for pod in listed}
 
     def _failed(self, exc: KubeletError, now: float) -> None:
@@ -129,10 +135,10 @@ class KubeletSource:
         age = None if self._fetched_at is None else now - self._fetched_at
         if age is not None and age > self.options.max_age_seconds:
             # Better no pod labels than possibly wrong ones.
-            return AssignmentSnapshot((), None, self._up, self._allocatable, self._api)
+            return AssignmentSnapshot((), None, self._up, self._allocatable, self._api, claims=())
         pod_age = {pod: self._lists - first for pod, first in self._first_list.items()}
         return AssignmentSnapshot(self._assignments, age, self._up, self._allocatable, self._api,
-                                  pod_age)
+                                  pod_age, self._claims)
 
     def health(self) -> SourceHealth:
         return SourceHealth(up=self._up, collections=self.collections, errors=dict(self.errors),
@@ -140,7 +146,22 @@ class KubeletSource:
                             last_success_timestamp=self.last_success_wall)
 
     def families(self) -> list[Metric]:
-        return kubelet_families(self.snapshot(), self.options.extra_resources)
+        snapshot = self.snapshot()
+        return [*kubelet_families(snapshot, self.options.extra_resources),
+                claim_devices_family(snapshot.claims)]
 
     async def close(self) -> None:
         await self.client.close()
+
+
+def claim_devices_family(claims: Iterable[ClaimAllocation]) -> Metric:
+    """Distinct claimed devices per driver: a device shared by several pods counts once."""
+    per_driver: dict[str, set[tuple[str, str]]] = {}
+    for claim in claims:
+        per_driver.setdefault(claim.driver, set()).add((claim.pool, claim.device))
+    name = f"{names.SELF_PREFIX}kubelet_allocated_claim_devices"
+    family = Metric(name, "Devices held through DRA ResourceClaims, by driver, from the "
+                    "kubelet's List.", "gauge")
+    for driver, devices in sorted(per_driver.items()):
+        family.add_sample(name, {"driver": driver}, len(devices))
+    return family
