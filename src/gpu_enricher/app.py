@@ -20,7 +20,7 @@ from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, list
 
 if TYPE_CHECKING:
     from .kubelet.source import KubeletSource
-    from .model import PodDirectory
+    from .model import PodDirectory, SliceDirectory
     from .podlogs import LogNameSource
     from .proc_source import ProcessSource
     from .sim_cluster import SimulatedCluster
@@ -86,11 +86,13 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
             process_metrics=config.process_metrics,
             pod_policy=PodLabelPolicy(config.pod_labels, config.pod_uid,
                                       config.pod_label_allowlist),
+            dra_drivers=config.dra_drivers if config.reads_slices else frozenset(),
         ),
         assignments=assignments,
         pods=make_pod_source(config, api_url),
         logs=logs,
         processes=processes,
+        slices=make_slice_source(config, api_url),
     )
 
 
@@ -143,6 +145,22 @@ def make_pod_source(config: Config,
     if api_url is None:
         return PodWatchSource(options)
     return PodWatchSource(options, plan=lambda: plan_from_environment(api_url(), None))
+
+
+def make_slice_source(config: Config,
+                      api_url: Callable[[], str] | None = None) -> "Source[SliceDirectory] | None":
+    """DRA: this node's ResourceSlices, when claims are to be resolved."""
+    if not config.reads_slices:
+        return None
+    from .kube.config import plan_from_environment
+    from .kube.slice_source import ResourceSliceOptions, ResourceSliceSource
+
+    options = ResourceSliceOptions(node_name=config.node_name, drivers=config.dra_drivers,
+                                   kubeconfig=str(config.kubeconfig) if config.kubeconfig
+                                   else None)
+    if api_url is None:
+        return ResourceSliceSource(options)
+    return ResourceSliceSource(options, plan=lambda: plan_from_environment(api_url(), None))
 
 
 def make_process_sources(config: Config) -> "tuple[LogNameSource | None, ProcessSource | None]":

@@ -134,7 +134,9 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         pod_uid=switch("kubernetes-enable-pod-uid"),
         kubeconfig=get("kubeconfig", Path, None),
         kubernetes_api=get("kubernetes-api", parse_bool, True),
-        dra=switch("kubernetes-enable-dra"),
+        dra=(switch("kubernetes-enable-dra")
+             if _value(args, "kubernetes-enable-dra", env)[0] is not None
+             else simulate is not None),
         dra_drivers=get("kubernetes-dra-driver-names", parse_names,
                         frozenset({"gpu.nvidia.com"})),
         node_name=env.get("NODE_NAME") or socket.gethostname(),

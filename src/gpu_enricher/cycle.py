@@ -69,8 +69,10 @@ class CycleOutputs:
 def _claims(inputs: CycleInputs, drivers: frozenset[str]) -> ClaimHolders | None:
     if not drivers or inputs.node is None or inputs.assignments is None:
         return None
-    return claim_holders(inputs.node.gpus, inputs.assignments.claims,
-                         inputs.slices or SliceDirectory(), drivers)
+    slices = inputs.slices or SliceDirectory()
+    found = claim_holders(inputs.node.gpus, inputs.assignments.claims, slices, drivers)
+    # Before the first complete list of slices nothing is "unresolved" yet, only pending.
+    return found if slices.synced else dataclasses.replace(found, unresolved=())
 
 
 def _attribution(inputs: CycleInputs, extra: Collection[str], pods: PodIndex,

@@ -262,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--simulate", nargs="?", const=BUILTIN_SCENARIO, default=None, metavar="SCENARIO.yaml",
         help="run on a simulated node: the built-in one, or one described by a YAML file "
              "(docs/simulate.md), with a fake kubelet, Kubernetes API and /proc; it turns on "
-             "--process-metrics unless that is set; only this flag ever simulates"
+             "--process-metrics and --kubernetes-enable-dra unless they are set; only this flag "
+             "ever simulates"
              + _env_help("simulate"))
     for flag in compat_flags():
         # Multi-letter single-dash names only where dcgm-exporter has them (-rbmn).

@@ -57,7 +57,7 @@ _GPU_KEYS: Final = frozenset({
 
 _POD_KEYS: Final = frozenset({
     "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids", "uid",
-    "labels",
+    "labels", "claim",
 })
 _INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
 _PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod", "container",
@@ -190,8 +190,16 @@ def _pod_spec(raw: Any, where: str) -> SimPod:
     spec = _mapping(raw, where)
     labels = _mapping(spec.get("labels") or {}, f"{where}.labels")
     uid = spec.get("uid") or pod_uid(spec["namespace"], spec["pod"])
+    claim = spec.get("claim")
+    devices: tuple[tuple[int, int | None], ...] = ()
+    if claim is not None:
+        if not isinstance(claim, str) or not claim or spec.get("device_ids"):
+            raise ScenarioError(f"{where}.claim: a claim name, with gpus or mig (not device_ids)")
+        devices = (*((int(i), None) for i in spec.get("gpus") or []),
+                   *((int(g), int(gi)) for g, gi in spec.get("mig") or []))
     return SimPod(spec["namespace"], spec["pod"], spec["container"], str(uid),
-                  {str(k): str(v) for k, v in labels.items()})
+                  {str(k): str(v) for k, v in labels.items()},
+                  None if claim is None else str(claim), devices)
 
 
 def _check_process_pods(gpus: tuple[SimGpu, ...], pods: tuple[SimPod, ...], path: str) -> None:
@@ -232,7 +240,9 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
         seed=seed,
         driver_version=str(top.get("driver_version", "580.105.08")),
         period_seconds=period,
-        pods=tuple(p for p in pods if p.device_ids),  # the kubelet lists devices
+        # The kubelet lists device-plugin devices; claimed ones come as dynamic_resources.
+        pods=tuple(p for p, spec in zip(pods, specs, strict=True)
+                   if p.device_ids and spec.claim is None),
         pod_specs=specs,
     )
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .config import Config
-from .model import PodMeta
-from .sim_model import Scenario, SimProcess
+from .model import ClaimAllocation, PodMeta, SliceDevice
+from .sim_model import Scenario, SimProcess, mig_uuid
 
 BOOT_TICKS = 4_200_000  # a start time far after boot, the same every run
 
@@ -36,6 +36,40 @@ def pod_metas(scenario: Scenario) -> tuple[PodMeta, ...]:
         labels = {**(known.labels if known is not None else {}), **spec.labels}
         merged[key] = PodMeta(spec.uid, spec.namespace, spec.pod, labels, "Running", containers)
     return tuple(merged.values())
+
+
+DRA_DRIVER = "gpu.nvidia.com"
+
+
+def dra_device_name(gpu_index: int, gpu_instance: int | None) -> str:
+    """Device names in the style of NVIDIA's DRA driver: `gpu-0`, `gpu-2-mig-2`."""
+    return f"gpu-{gpu_index}" if gpu_instance is None else f"gpu-{gpu_index}-mig-{gpu_instance}"
+
+
+def claim_allocations(scenario: Scenario, pool: str) -> tuple[ClaimAllocation, ...]:
+    """What the kubelet lists under `dynamic_resources` for the scenario's claims."""
+    return tuple(
+        ClaimAllocation(spec.namespace, spec.pod, spec.container, spec.claim, spec.namespace,
+                        DRA_DRIVER, pool, dra_device_name(*device))
+        for spec in scenario.pod_specs if spec.claim is not None
+        for device in spec.claim_devices)
+
+
+def slice_devices(scenario: Scenario, pool: str) -> tuple[SliceDevice, ...]:
+    """The devices the simulated DRA driver publishes: the claimed ones."""
+    gpus = {gpu.index: gpu for gpu in scenario.gpus}
+    devices: dict[str, SliceDevice] = {}
+    for spec in scenario.pod_specs:
+        for index, gi in spec.claim_devices:
+            gpu = gpus[index]
+            name = dra_device_name(index, gi)
+            if gi is None:
+                devices[name] = SliceDevice(DRA_DRIVER, pool, name, gpu.uuid, "gpu")
+            else:
+                profile = next(i.profile for i in gpu.instances if i.gpu_instance_id == gi)
+                devices[name] = SliceDevice(DRA_DRIVER, pool, name, mig_uuid(gpu.uuid, gi), "mig",
+                                            gpu.uuid, profile)
+    return tuple(devices.values())
 
 
 def _cgroup_line(process: SimProcess, pods: Mapping[tuple[str, str], PodMeta]) -> str:
@@ -89,14 +123,19 @@ class SimulatedCluster:
     def __init__(self, scenario: Scenario, node_name: str) -> None:
         from .kube.fake_objects import pod_object
         from .kube.fake_server import FakeKubeApi
+        from .kube.fake_slices import slice_object
         from .kubelet.fake_server import FakeKubelet
 
         self.directory = Path(tempfile.mkdtemp(prefix="gpu-enricher-sim-"))
         self.kubelet: FakeKubelet = FakeKubelet(self.directory / "kubelet.sock")
         self.kubelet.set_assignments(scenario.pods)
+        self.kubelet.set_claims(claim_allocations(scenario, node_name))
         self.kubelet.set_allocatable(scenario.allocatable())
         self.api: FakeKubeApi = FakeKubeApi()
         self.api.set_pods(pod_object(meta, node_name) for meta in pod_metas(scenario))
+        devices = slice_devices(scenario, node_name)
+        if devices:  # the simulated DRA driver's one slice: its pool is the node
+            self.api.set_slices([slice_object(node_name, DRA_DRIVER, node_name, list(devices))])
         self.proc_root = write_proc_root(scenario, self.directory / "proc")
         self.log_root = self.directory / "log"
         for name in log_names(scenario):

@@ -72,6 +72,9 @@ class SimPod:
     container: str
     uid: str
     labels: Mapping[str, str]
+    claim: str | None = None
+    """Its devices come through this DRA ResourceClaim instead of the device plugin."""
+    claim_devices: tuple[tuple[int, int | None], ...] = ()  # (GPU index, GI or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +90,17 @@ class Scenario:
         """What the fake kubelet reports as allocatable: every GPU (its replicas when pods
         hold replicas of it) and every MIG instance under its `nvidia.com/mig-*` resource."""
         held = {d for p in self.pods for d in p.device_ids}
+        # A device a DRA driver manages is not the device plugin's to offer.
+        claimed = {d for p in self.pod_specs for d in p.claim_devices}
         by_resource: dict[str, list[str]] = {}
         for gpu in self.gpus:
             if gpu.instances:
                 for inst in gpu.instances:
-                    by_resource.setdefault(f"nvidia.com/mig-{inst.profile}", []).append(
-                        mig_uuid(gpu.uuid, inst.gpu_instance_id))
+                    if (gpu.index, inst.gpu_instance_id) not in claimed:
+                        by_resource.setdefault(f"nvidia.com/mig-{inst.profile}", []).append(
+                            mig_uuid(gpu.uuid, inst.gpu_instance_id))
+                continue
+            if (gpu.index, None) in claimed:
                 continue
             replicas = sorted(d for d in held if d.startswith(f"{gpu.uuid}::"))
             by_resource.setdefault("nvidia.com/gpu", []).extend(replicas or [gpu.uuid])

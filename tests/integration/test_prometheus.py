@@ -223,7 +223,7 @@ def test_our_dashboard_queries_return_data(prometheus: Prometheus) -> None:
         assert prometheus.label_values(variable), variable
     assert prometheus.label_values(
         "label_values(gpu_enricher_device_allocation_info, namespace)") == [
-        "inference", "ml", "research"]
+        "inference", "ml", "research", "vision"]  # vision: through DRA claims
 
 
 @pytest.mark.reference_compat
@@ -352,10 +352,8 @@ def test_pod_labels_only_where_a_pod_holds_the_device(prometheus: Prometheus) ->
     # A host process: no pod labels at all, not empty ones.
     host = prometheus.query('gpu_enricher_process_memory_used_bytes{process_name="gpu-burn"}')
     assert len(host) == 1 and not {"pod", "namespace", "container"} & set(host[0]["metric"])
-    # The free L4 (a pod's process runs on it, but nobody holds it) and the free MIG
-    # instances: no pod labels on their DCGM series.
-    for promql in ('{__name__=~"DCGM_.+", gpu="3"}',
-                   '{__name__=~"DCGM_.+", gpu="2", GPU_I_ID=~"2|5"}'):
+    # The free MIG instance: no pod labels on its DCGM series.
+    for promql in ('{__name__=~"DCGM_.+", gpu="2", GPU_I_ID="5"}',):
         free = prometheus.query(promql)
         assert free, promql
         for series in free:
@@ -364,12 +362,17 @@ def test_pod_labels_only_where_a_pod_holds_the_device(prometheus: Prometheus) ->
     # Held devices keep the exporter's pod labels (the workload), not exported_*.
     for promql, holder in (('{__name__=~"DCGM_.+", gpu="0"}', ("ml", "llm-trainer-0", "pytorch")),
                            ('{__name__=~"DCGM_.+", gpu="2", GPU_I_ID="1"}',
-                            ("research", "notebook-alice", "jupyter"))):
+                            ("research", "notebook-alice", "jupyter")),
+                           # Held through DRA claims: the same labels, plus dra_*.
+                           ('{__name__=~"DCGM_.+", gpu="3"}', ("vision", "detector-0", "infer")),
+                           ('{__name__=~"DCGM_.+", gpu="2", GPU_I_ID="2"}',
+                            ("vision", "slicer-0", "main"))):
         held = prometheus.query(promql)
         assert held, promql
         for series in held:
             labels = series["metric"]
             assert (labels["namespace"], labels["pod"], labels["container"]) == holder, labels
+            assert ("dra_claim_name" in labels) == (holder[0] == "vision"), labels
             assert labels["exporter_pod"] == EXPORTER_POD
             assert not any(name.startswith("exported_") for name in labels), labels
 

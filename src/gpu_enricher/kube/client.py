@@ -32,8 +32,10 @@ TIMEOUT: Final = "timeout"
 NO_CONFIG: Final = "no_config"
 BAD_RESPONSE: Final = "bad_response"
 STALLED: Final = "stalled"
+NOT_SERVED: Final = "not_served"
+"""404: the server does not serve the path (an API group or version absent from the cluster)."""
 REASONS: Final = (GONE, FORBIDDEN, UNAUTHORIZED, UNAVAILABLE, TIMEOUT, NO_CONFIG, BAD_RESPONSE,
-                  STALLED)
+                  STALLED, NOT_SERVED)
 
 _ERROR_BODY_LIMIT: Final = 4096  # enough for a Status message; an error page is not kept
 
@@ -54,6 +56,8 @@ def reason_for_status(status: int) -> str:
         return UNAUTHORIZED
     if status == 403:
         return FORBIDDEN
+    if status == 404:
+        return NOT_SERVED
     if status in (408, 504):
         return TIMEOUT
     if status == 429 or status >= 500:
@@ -87,10 +91,12 @@ WatchCall = Callable[[str, int], Awaitable[aiohttp.ClientResponse]]
 
 @dataclass(frozen=True, slots=True)
 class ListWatchCalls:
-    """The two calls of one kind (pods now, ResourceSlices later) against one API client."""
+    """The two calls of one kind (pods, ResourceSlices) against one API client."""
 
     list: ListCall
     watch: WatchCall
+    served_as: str = ""
+    """The API version the calls use; when a reconnect changes it, the loop lists afresh."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +120,13 @@ async def _send(call: RawCall) -> aiohttp.ClientResponse:
         body = None
     finally:
         response.close()
+    if response.status == 404:  # its Status says only "not found": name what was not
+        raise KubeError(NOT_SERVED, f"the API server does not serve {response.url.path}", 404)
     raise status_error(response.status, body)
 
 
-async def list_objects(call: ListCall) -> ListAnswer:
-    """A complete list answer, its items still raw JSON objects."""
+async def get_json(call: RawCall) -> Any:
+    """The whole JSON body of a call that answered 200."""
     response = await _send(call)
     try:
         raw = await response.read()
@@ -127,9 +135,14 @@ async def list_objects(call: ListCall) -> ListAnswer:
     finally:
         response.release()
     try:
-        body = json.loads(raw)
+        return json.loads(raw)
     except ValueError as exc:
-        raise KubeError(BAD_RESPONSE, f"list answer is not JSON: {exc}") from exc
+        raise KubeError(BAD_RESPONSE, f"answer is not JSON: {exc}") from exc
+
+
+async def list_objects(call: ListCall) -> ListAnswer:
+    """A complete list answer, its items still raw JSON objects."""
+    body = await get_json(call)
     if not isinstance(body, dict):
         raise KubeError(BAD_RESPONSE, "list answer is not a JSON object")
     items = body.get("items") or []  # an empty list may come as `"items": null`
@@ -192,29 +205,39 @@ async def stream_watch(
             response.close()
 
 
-def pod_calls(api: ApiClient, node_name: str, request_timeout_seconds: float) -> ListWatchCalls:
-    """List and watch of the pods bound to `node_name`, all namespaces, through `api`."""
-    from kubernetes_asyncio.client.api.core_v1_api import CoreV1Api
+GeneratedList = Callable[..., Awaitable[Any]]
+"""A generated `list_*` method of kubernetes_asyncio (pods, ResourceSlices, …): the same
+keyword arguments select, watch and bound it for every kind."""
 
-    core = CoreV1Api(api)
-    selector = f"spec.nodeName={node_name}"
+
+def generated_calls(method: GeneratedList, field_selector: str, request_timeout_seconds: float,
+                    served_as: str = "") -> ListWatchCalls:
+    """List and watch through `method`, answers unread (see the module docstring)."""
     # A list must finish within the timeout; a watch only needs to connect within it (its
     # silences are bounded by the stall check on each line instead).
     list_timeout = aiohttp.ClientTimeout(total=request_timeout_seconds)
     watch_timeout = aiohttp.ClientTimeout(connect=request_timeout_seconds,
                                           sock_connect=request_timeout_seconds)
 
-    async def list_pods() -> aiohttp.ClientResponse:
-        answer = await core.list_pod_for_all_namespaces(
-            field_selector=selector, _preload_content=False, _request_timeout=list_timeout)
-        # The stubs promise a V1PodList; unpreloaded, it is the raw aiohttp response.
+    async def list_call() -> aiohttp.ClientResponse:
+        answer = await method(field_selector=field_selector, _preload_content=False,
+                              _request_timeout=list_timeout)
+        # The stubs promise a model (V1PodList, …); unpreloaded, it is the raw response.
         return cast(aiohttp.ClientResponse, answer)
 
-    async def watch_pods(after_version: str, timeout_seconds: int) -> aiohttp.ClientResponse:
-        answer = await core.list_pod_for_all_namespaces(
-            field_selector=selector, watch=True, allow_watch_bookmarks=True,
+    async def watch_call(after_version: str, timeout_seconds: int) -> aiohttp.ClientResponse:
+        answer = await method(
+            field_selector=field_selector, watch=True, allow_watch_bookmarks=True,
             resource_version=after_version, timeout_seconds=timeout_seconds,
             _preload_content=False, _request_timeout=watch_timeout)
         return cast(aiohttp.ClientResponse, answer)
 
-    return ListWatchCalls(list_pods, watch_pods)
+    return ListWatchCalls(list_call, watch_call, served_as)
+
+
+def pod_calls(api: ApiClient, node_name: str, request_timeout_seconds: float) -> ListWatchCalls:
+    """List and watch of the pods bound to `node_name`, all namespaces, through `api`."""
+    from kubernetes_asyncio.client.api.core_v1_api import CoreV1Api
+
+    return generated_calls(CoreV1Api(api).list_pod_for_all_namespaces,
+                           f"spec.nodeName={node_name}", request_timeout_seconds, "v1")

@@ -9,7 +9,9 @@ it counts as a success only once it delivers an event or stays open that long.
 The loop owns the current objects (an immutable uid → value map) and the bookkeeping the
 source reports: whether the view is current, restarts by reason, errors by reason. The calls
 come from `connect`, asked again after an `unauthorized` or `no_config` failure so a rotated
-token or a newly mounted configuration is picked up.
+token or a newly mounted configuration is picked up (after any failure, for a kind whose API
+version is discovered on connect: a cluster upgrade changes it). Calls for another API version
+than the last ones start with a fresh list.
 """
 
 import asyncio
@@ -27,6 +29,7 @@ from .client import (
     FORBIDDEN,
     GONE,
     NO_CONFIG,
+    NOT_SERVED,
     STALLED,
     UNAUTHORIZED,
     KubeError,
@@ -45,8 +48,8 @@ CLOSED: Final = "closed"
 SHORT_WATCH: Final = "short_watch"
 """Restart and error reason: the server ended the watch at once, without an event."""
 
-# Failures only an operator can fix: retrying every second helps no one.
-_NEEDS_OPERATOR: Final = frozenset({FORBIDDEN, NO_CONFIG})
+# Failures only an operator (or a cluster upgrade) can fix: retrying every second helps no one.
+_NEEDS_OPERATOR: Final = frozenset({FORBIDDEN, NO_CONFIG, NOT_SERVED})
 _RECONNECT: Final = frozenset({UNAUTHORIZED, NO_CONFIG})
 
 
@@ -57,6 +60,8 @@ class ResourceKind:
     resource: str  # plural, as RBAC names it: `pods`, `resourceslices`
     api_group: str = ""  # "" is the core group
     scope: str = ""  # e.g. `on node gpu-1`, for messages only
+    when_absent: str = ""
+    """What the exporter does without this kind, for the `not_served` log line."""
 
     def rbac_hint(self) -> str:
         return (f'grant the exporter\'s service account get, list and watch on apiGroups: '
@@ -92,13 +97,16 @@ def backoff_delay(failures: int, reason: str, options: ListWatchOptions,
 class ListWatch(Generic[T]):
     def __init__(self, kind: ResourceKind, connect: Callable[[], Awaitable[ListWatchCalls]],
                  parse: Parse[T], options: ListWatchOptions,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 reconnect_after_failures: bool = False) -> None:
         self.kind = kind
         self.options = options
         self._connect = connect
         self._parse = parse
         self._clock = clock
+        self._reconnect_after_failures = reconnect_after_failures
         self._calls: ListWatchCalls | None = None
+        self._served_as: str | None = None
         self.objects: Mapping[str, T] = MappingProxyType({})
         self.resource_version: str | None = None
         """Where the next watch starts; None: list first."""
@@ -162,6 +170,10 @@ class ListWatch(Generic[T]):
         """Connect if needed, list if needed, then one watch to its end."""
         if self._calls is None:
             self._calls = await self._connect()
+            if self._served_as not in (None, self._calls.served_as):
+                # Versions are compared only for equality, and only within one API version.
+                self.resource_version = None
+            self._served_as = self._calls.served_as
         calls = self._calls
         if self.resource_version is None:
             started = time.perf_counter()
@@ -238,7 +250,7 @@ class ListWatch(Generic[T]):
                 self.current_at = self._clock()
         self.watching = False
         self.failures += 1
-        if exc.reason in _RECONNECT:
+        if exc.reason in _RECONNECT or self._reconnect_after_failures:
             self._calls = None
         if self._failing != exc.reason:  # log when a failure starts or changes, not each one
             self._log_failure(exc)
@@ -254,6 +266,10 @@ class ListWatch(Generic[T]):
             log.warning("the Kubernetes API server ends every watch of %s at once, without "
                         "an event (%s); keeping the last %d objects and watching again with "
                         "backoff", what, exc, len(self.objects))
+        elif exc.reason == NOT_SERVED:
+            log.warning("%s%s; checking again, backing off to every %.3gs", exc,
+                        f": {self.kind.when_absent}" if self.kind.when_absent else "",
+                        self.options.backoff_max_seconds)
         elif exc.reason == NO_CONFIG:
             log.warning("cannot watch %s: %s; pass --kubeconfig, or run in a pod with a "
                         "service account token; retrying slowly", what, exc)
