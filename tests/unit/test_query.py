@@ -13,6 +13,7 @@ from gpu_enricher.fields import IMPLEMENTED
 from gpu_enricher.inspection import api_url, tables
 from gpu_enricher.model import (
     AssignmentSnapshot,
+    ClaimAllocation,
     ContainerRef,
     DeviceIdentity,
     GpuInstance,
@@ -24,6 +25,8 @@ from gpu_enricher.model import (
     PodMeta,
     ProcessSample,
     ProcessTable,
+    SliceDevice,
+    SliceDirectory,
 )
 from gpu_enricher.podlabels import PodLabelPolicy
 from gpu_enricher.query import encode, filtered, gpus_document
@@ -449,3 +452,27 @@ def test_compose_a_failing_kubelet_calls_nothing_unallocated() -> None:
     out = compose(CycleInputs(SHARED_NODE, plan, failing, API_PODS, LOG_PODS, TABLE),
                   JoinOptions(None, process_metrics=True))
     assert [p.allocated for p in out.processes] == [None, None, None]
+
+
+def test_compose_decides_processes_on_a_dra_gpu_against_its_claim_holders() -> None:
+    """The GPU is the DRA driver's (published in a slice, offered by no device plugin): the
+    claim holder's process is allocated, another pod's process is not, and the series carry
+    the claim's dra_* labels."""
+    plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
+    claimed = ClaimAllocation("ml", "train-0", "trainer", "gpu-claim", "ml", "gpu.nvidia.com",
+                              "node-a", "gpu-0")
+    answer = AssignmentSnapshot((), 1.0, True, (), "v1", claims=(claimed,))
+    slices = SliceDirectory((SliceDevice("gpu.nvidia.com", "node-a", "gpu-0", UUID0, "gpu"),),
+                            synced=True)
+    out = compose(CycleInputs(SHARED_NODE, plan, answer, API_PODS, LOG_PODS, TABLE,
+                              slices=slices),
+                  JoinOptions(None, process_metrics=True,
+                              dra_drivers=frozenset({"gpu.nvidia.com"})))
+    assert [(p.sample.pid, p.allocated) for p in out.processes] == [
+        (100, True), (300, False), (200, None)]
+    text = Exposition.from_families(out.families).text.decode()
+    assert 'dra_claim_name="gpu-claim"' in text and 'pod="train-0"' in text
+    # DRA off: the same answer attributes nothing, and decides nothing on that GPU.
+    off = compose(CycleInputs(SHARED_NODE, plan, answer, API_PODS, LOG_PODS, TABLE,
+                              slices=slices), JoinOptions(None, process_metrics=True))
+    assert [p.allocated for p in off.processes] == [None, None, None]
