@@ -37,7 +37,8 @@ def _holder(holder: Holder, pods: PodIndex) -> Document:
     return {"namespace": holder.namespace, "pod": holder.pod, "container": holder.container,
             "pod_uid": meta.uid if meta is not None else None,
             "resource": holder.resource, "device_id": holder.device_id,
-            "replica": holder.replica}
+            "replica": holder.replica,
+            "claim": None if holder.claim is None else dict(holder.claim.label_pairs())}
 
 
 def _process(proc: GpuProcess) -> Document:

@@ -231,3 +231,27 @@ async def test_no_rbac_for_resourceslices_degrades_to_no_dra_labels(
         assert any('pod="trainer"' in line for line in fb_lines(await cluster.text()))
     finally:
         await close(cluster)
+
+
+async def test_a_mig_slice_the_driver_creates_after_start_is_matched(
+        fake: FakeNvml, runtime_dir: str) -> None:
+    """dcgm-exporter #714: the DRA driver creates MIG slices on demand. Instances are
+    enumerated every pass, so the new one is labelled as soon as NVML and a slice name it."""
+    cluster = await make_cluster(fake, runtime_dir, ("v1",))
+    try:
+        fake.set_mig(1, [(1, 9)])  # only instance 1 exists now
+        cluster.kubelet.set_claims([claim("slicer", "small-slice", "gpu-1-mig-5")])
+        text = await cluster.text()
+        assert not any('GPU_I_ID="5"' in line for line in fb_lines(text))
+        fake.set_mig(1, [(1, 9), (5, 19)])  # the driver creates the slice …
+        cluster.publish(cluster.mig())  # … and publishes it
+        await synced(cluster, 1)
+        text = await cluster.text()
+        mig = [line for line in fb_lines(text) if 'GPU_I_ID="5"' in line]
+        assert len(mig) == 1 and 'pod="slicer"' in mig[0] and "dra_mig_profile" in mig[0]
+        document = cluster.collector.document
+        instance = next(i for i in document["gpus"][1]["mig_instances"]
+                        if i["gpu_instance_id"] == 5)
+        assert instance["holders"][0]["claim"]["dra_claim_name"] == "small-slice"
+    finally:
+        await close(cluster)

@@ -118,7 +118,7 @@ def test_document_gpu_with_holder_and_processes() -> None:
         "utilization_ratio": 0.42, "mig_enabled": False, "mig_instances": [],
         "holders": [{"namespace": "ml", "pod": "train-0", "container": "trainer",
                      "pod_uid": UID_TRAIN, "resource": "nvidia.com/gpu", "device_id": UUID0,
-                     "replica": None}],
+                     "replica": None, "claim": None}],
         "processes": [
             {"pid": 100, "name": "python3", "type": "compute",
              "memory_used_bytes": 1024 * MIB, "sm_utilization_ratio": 0.4,
