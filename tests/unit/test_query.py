@@ -164,7 +164,8 @@ def test_document_holder_unknown_to_the_api_has_no_uid() -> None:
     doc = document(Attribution({(2, None): (stranger,)}))
     assert doc["gpus"][2]["holders"] == [{"namespace": "x", "pod": "y", "container": "z",
                                           "pod_uid": None, "resource": "nvidia.com/gpu",
-                                          "device_id": "GPU-free::3", "replica": "3"}]
+                                          "device_id": "GPU-free::3", "replica": "3",
+                                          "claim": None}]
 
 
 def test_document_without_node() -> None:
