@@ -135,7 +135,7 @@ def simulated_cluster(backend: GpuBackend, config: Config) -> "SimulatedCluster 
 def make_pod_source(config: Config,
                     api_url: Callable[[], str] | None = None) -> "Source[PodDirectory] | None":
     """The Kubernetes API's pods of this node, when a feature needs them."""
-    if not config.kube_api:
+    if not config.reads_pods:
         return None
     from .kube.config import plan_from_environment
     from .kube.source import PodWatchOptions, PodWatchSource

@@ -44,6 +44,11 @@ class Config:
                                         or self.reads_slices)
 
     @property
+    def reads_pods(self) -> bool:
+        """This node's pods from the Kubernetes API (DRA alone needs only ResourceSlices)."""
+        return self.kubernetes_api and (self.process_metrics or self.pod_labels or self.pod_uid)
+
+    @property
     def reads_slices(self) -> bool:
         """DRA: the kubelet's claims are resolved through this node's ResourceSlices."""
         return self.dra and self.kubernetes and self.kubernetes_api

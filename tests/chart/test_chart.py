@@ -33,6 +33,10 @@ HOST_PROC = "/host/proc"  # the host's /proc in the container (procAccess: hostP
 LOG_ROOT = "/host/var/log"  # the host's /var/log/{pods,containers} in the container
 POD_READER_RULES = [{"apiGroups": [""], "resources": ["pods"],
                      "verbs": ["get", "list", "watch"]}]
+SLICE_READER_RULES = [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+                       "verbs": ["get", "list", "watch"]}]
+DRA_ENV = {"name": "KUBERNETES_ENABLE_DRA", "value": "true"}
+DRA_DRIVERS = ["gpu.nvidia.com", "gpu.example.com"]
 ALLOWLIST = ["^app(\\.kubernetes\\.io/name)?$", "^team$", "^[a-z]{2}/owner$"]
 
 # Verbatim: another test reproduces them in a real Prometheus.
@@ -72,7 +76,8 @@ ALL_FEATURES: dict[str, Any] = {
     "kubernetes": {"virtualGpus": True, "gpuIdType": "device-name",
                    "resourceNames": ["nvidia.com/gpu.shared", "nvidia.com/gpu.mps"],
                    "podLabels": {"enabled": True, "allowlistRegex": ALLOWLIST},
-                   "podUid": {"enabled": True}},
+                   "podUid": {"enabled": True},
+                   "dra": {"enabled": True, "driverNames": DRA_DRIVERS}},
     "processMetrics": {"enabled": True},
     "counters": CUSTOM_COUNTERS,
     "collectInterval": 1000,
@@ -117,14 +122,28 @@ COMBINATIONS: dict[str, tuple[dict[str, Any], list[str]]] = {
                                            "podUid": {"enabled": True}},
                             "serviceAccount": {"create": False}}, []),
     "pod-uid": ({"kubernetes": {"podUid": {"enabled": True}}}, []),
+    "dra": ({"kubernetes": {"dra": {"enabled": True}}}, []),
+    "dra-and-pod-labels": ({"kubernetes": {"dra": {"enabled": True},
+                                           "podLabels": {"enabled": True}}}, []),
+    "dra-process-metrics-no-api": ({"kubernetes": {"dra": {"enabled": True}},
+                                    "processMetrics": {"enabled": True,
+                                                       "kubernetesApi": False}}, []),
+    "dra-kubernetes-off": ({"kubernetes": {"enabled": False, "dra": {"enabled": True}}}, []),
 }
-# The combinations whose features read the Kubernetes API: a ClusterRole and a token.
-KUBERNETES_API = {"all-features", "process-metrics", "pod-labels-and-uid", "pod-uid"}
+# The combinations whose features read pods from the Kubernetes API: the pods rule.
+READS_PODS = {"all-features", "process-metrics", "pod-labels-and-uid", "pod-uid",
+              "dra-and-pod-labels", "dra-process-metrics-no-api"}
+# DRA on (with -k): KUBERNETES_ENABLE_DRA and the resourceslices rule.
+DRA = {"all-features", "dra", "dra-and-pod-labels", "dra-process-metrics-no-api"}
+# The combinations that read the Kubernetes API: a ClusterRole and a token.
+KUBERNETES_API = READS_PODS | DRA
 # host /proc access: "hostPath" (mounted at HOST_PROC), "hostPID" or None.
 PROC_ACCESS = {"all-features": "hostPath", "process-metrics": "hostPath",
                "process-metrics-hostpid-no-api": "hostPID",
-               "process-metrics-logs-only": "hostPath", "virtual-gpus": "hostPath"}
-LOG_FALLBACK = {"all-features", "process-metrics", "process-metrics-logs-only", "virtual-gpus"}
+               "process-metrics-logs-only": "hostPath", "virtual-gpus": "hostPath",
+               "dra-process-metrics-no-api": "hostPath"}
+LOG_FALLBACK = {"all-features", "process-metrics", "process-metrics-logs-only", "virtual-gpus",
+                "dra-process-metrics-no-api"}
 
 
 @dataclass
@@ -153,6 +172,12 @@ class Rendered:
         containers = self.pod["containers"]
         assert len(containers) == 1
         return containers[0]  # type: ignore[no-any-return]
+
+    def env(self, node_name: str = "node-a") -> dict[str, str]:
+        """The container's literal environment, NODE_NAME as the kubelet would fill it: what
+        the exporter's parser reads besides the args."""
+        env = {e["name"]: e["value"] for e in self.container["env"] if "value" in e}
+        return {**env, "NODE_NAME": node_name}
 
 
 def kubeval_python() -> str:
@@ -288,6 +313,13 @@ def test_helm_lint_strict(helm: str, values: dict[str, Any], tmp_path: Path) -> 
     {"kubernetes": {"podLabels": {"allowlistRegex": ["^app$,^team$"]}}},
     {"kubernetes": {"podLabels": True}},
     {"kubernetes": {"podUid": {"enabled": 1}}},
+    {"kubernetes": {"dra": True}},
+    {"kubernetes": {"dra": {"enabled": "true"}}},
+    {"kubernetes": {"dra": {"driverNames": []}}},
+    {"kubernetes": {"dra": {"driverNames": "gpu.nvidia.com"}}},
+    {"kubernetes": {"dra": {"driverNames": ["gpu.nvidia.com,gpu.example.com"]}}},
+    {"kubernetes": {"dra": {"driverNames": ["gpu.nvidia.com", "gpu.nvidia.com"]}}},
+    {"kubernetes": {"dra": {"resourceSlices": True}}},
 ], ids=lambda v: yaml.safe_dump(v, default_flow_style=True).strip())
 def test_schema_rejects_bad_values(helm: str, values: dict[str, Any], tmp_path: Path) -> None:
     result = helm_template(helm, CHART, write_values(tmp_path, "bad", values), check=False)
@@ -347,8 +379,10 @@ def test_never_privileged_or_sys_admin(name: str, rendered: dict[str, Rendered])
 @pytest.mark.parametrize("name", list(COMBINATIONS))
 def test_rbac_and_token_only_for_the_kubernetes_api(name: str,
                                                     rendered: dict[str, Rendered]) -> None:
-    """A ClusterRole with get/list/watch on pods, its binding to the pods' account, and the
-    token: all three exactly when a feature reads the Kubernetes API, none otherwise."""
+    """A ClusterRole with get/list/watch on pods (pod features) and/or on resource.k8s.io
+    resourceslices (DRA), each rule only for its features, its binding to the pods' account,
+    and the token: all three exactly when a feature reads the Kubernetes API, none
+    otherwise."""
     r = rendered[name]
     api = name in KUBERNETES_API
     assert r.pod["automountServiceAccountToken"] is api
@@ -357,15 +391,17 @@ def test_rbac_and_token_only_for_the_kubernetes_api(name: str,
         return
     assert RBAC_KINDS & set(r.kinds()) == {"ClusterRole", "ClusterRoleBinding"}
     role, binding = r.one("ClusterRole"), r.one("ClusterRoleBinding")
-    assert role["rules"] == POD_READER_RULES
+    assert role["rules"] == (POD_READER_RULES if name in READS_PODS else []) + (
+        SLICE_READER_RULES if name in DRA else [])
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
                                   "kind": "ClusterRole", "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount",
                                     "name": r.pod["serviceAccountName"],
                                     "namespace": NAMESPACE}]
-    # The exporter agrees that it reads the API, for this node's pods.
-    config, _ = parse_config(r.container["args"], {"NODE_NAME": "node-a"})
+    # The exporter agrees that it reads the API, for this node.
+    config, _ = parse_config(r.container["args"], r.env())
     assert config.kube_api and config.node_name == "node-a"
+    assert config.reads_slices is (name in DRA)
 
 
 def test_rbac_binds_the_default_account_without_a_created_one(
@@ -466,6 +502,61 @@ def test_pod_labels_and_uid_flags(rendered: dict[str, Rendered]) -> None:
     assert only_uid.pod_uid and not only_uid.pod_labels
 
 
+@pytest.mark.parametrize("name", sorted(DRA))
+def test_dra_env_flag_rule_and_token(name: str, rendered: dict[str, Rendered]) -> None:
+    """kubernetes.dra.enabled: KUBERNETES_ENABLE_DRA=true (the GPU Operator's variable; the
+    exporter reads it), the driver names as a flag, the resourceslices rule (exactly
+    get/list/watch in resource.k8s.io, its own rule beside the pods one), the token."""
+    r = rendered[name]
+    assert r.container["env"].count(DRA_ENV) == 1
+    assert "--kubernetes-enable-dra" not in " ".join(r.container["args"])  # the env var does it
+    drivers = r.values["kubernetes"]["dra"].get("driverNames", ["gpu.nvidia.com"])
+    assert f"--kubernetes-dra-driver-names={','.join(drivers)}" in r.container["args"]
+    config, warnings = parse_config(r.container["args"], r.env())
+    assert config.dra and config.reads_slices and config.kube_api
+    assert config.dra_drivers == frozenset(drivers)
+    assert not any("--kubernetes-enable-dra" in w for w in warnings)
+    assert r.pod["automountServiceAccountToken"] is True
+    rules = r.one("ClusterRole")["rules"]
+    slice_rules = [rule for rule in rules if "resourceslices" in rule["resources"]]
+    assert slice_rules == SLICE_READER_RULES
+    assert all(rule["resources"] in (["pods"], ["resourceslices"]) for rule in rules)
+    assert len(r.all("ClusterRole")) == 1 and len(r.all("ClusterRoleBinding")) == 1
+
+
+def test_dra_alone_reads_no_pods(rendered: dict[str, Rendered]) -> None:
+    """DRA by itself grants resourceslices only; with pod labels both rules are in the one
+    ClusterRole."""
+    assert rendered["dra"].one("ClusterRole")["rules"] == SLICE_READER_RULES
+    both = rendered["dra-and-pod-labels"].one("ClusterRole")["rules"]
+    assert both == POD_READER_RULES + SLICE_READER_RULES
+    config, _ = parse_config(rendered["dra-and-pod-labels"].container["args"],
+                             rendered["dra-and-pod-labels"].env())
+    assert config.pod_labels and config.reads_slices
+
+
+def test_dra_with_process_metrics_off_the_api(rendered: dict[str, Rendered]) -> None:
+    """processMetrics.kubernetesApi: false cannot hold with DRA: the exporter has one switch
+    for the API (--kubernetes-api), which DRA needs, and then names processes' pods from it
+    too, so the pods rule comes back and --kubernetes-api=false is not passed."""
+    r = rendered["dra-process-metrics-no-api"]
+    assert "--kubernetes-api=false" not in r.container["args"]
+    config, _ = parse_config(r.container["args"], r.env())
+    assert config.process_metrics and config.kube_api and config.reads_slices
+    assert r.one("ClusterRole")["rules"] == POD_READER_RULES + SLICE_READER_RULES
+
+
+def test_dra_needs_pod_attribution(rendered: dict[str, Rendered]) -> None:
+    """The claims come from the kubelet: with kubernetes.enabled false, dra.enabled renders
+    nothing (no env var, no rule, no token)."""
+    r = rendered["dra-kubernetes-off"]
+    assert "KUBERNETES_ENABLE_DRA" not in r.env()
+    assert not any(a.startswith("--kubernetes") for a in r.container["args"])
+    assert not RBAC_KINDS & set(r.kinds()) and r.pod["automountServiceAccountToken"] is False
+    config, warnings = parse_config(r.container["args"], r.env())
+    assert not config.dra and not config.kube_api and warnings == []
+
+
 @pytest.mark.parametrize("name", list(COMBINATIONS))
 def test_container_basics(name: str, rendered: dict[str, Rendered]) -> None:
     r = rendered[name]
@@ -541,6 +632,11 @@ def test_defaults(rendered: dict[str, Rendered], test_chart: Path) -> None:
     assert not config.virtual_gpus and config.extra_resources == frozenset()
     assert not (config.process_metrics or config.reads_proc or config.kube_api)
     assert not (config.pod_labels or config.pod_uid)
+    # DRA is off: no env var, no flag, no resourceslices rule anywhere.
+    assert not (config.dra or config.reads_slices)
+    assert "KUBERNETES_ENABLE_DRA" not in r.env()
+    assert not any(a.startswith("--kubernetes-dra") for a in r.container["args"])
+    assert "resourceslices" not in r.text and "resource.k8s.io" not in r.text
     service = r.one("Service")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9400,
@@ -582,17 +678,19 @@ def test_all_flags_reach_the_container(rendered: dict[str, Rendered]) -> None:
                  "--nvidia-resource-names=nvidia.com/gpu.shared,nvidia.com/gpu.mps",
                  "--address=:9500", "--process-metrics", f"--proc-root={HOST_PROC}",
                  f"--kubelet-log-root={LOG_ROOT}", "--kubernetes-enable-pod-labels",
-                 "--kubernetes-enable-pod-uid"):
+                 "--kubernetes-enable-pod-uid",
+                 f"--kubernetes-dra-driver-names={','.join(DRA_DRIVERS)}"):
         assert flag in args
     assert args[-1] == "--devices=g"  # extraArgs come last
-    config, warnings = parse_config(args, {"NODE_NAME": "node-a"})
+    config, warnings = parse_config(args, r.env())
+    assert config.dra and config.dra_drivers == frozenset(DRA_DRIVERS)
     assert config.collect_interval_ms == 1000
     assert config.virtual_gpus and config.kubernetes and config.debug
     assert config.hostname is None and config.log_format == "json"
     assert config.gpu_id_type == "device-name"
     assert config.extra_resources == {"nvidia.com/gpu.shared", "nvidia.com/gpu.mps"}
     assert len(warnings) == 1 and "--devices" in warnings[0]
-    assert {"name": "GPU_ENRICHER_EXTRA", "value": "1"} in r.container["env"]
+    assert r.container["env"][-2:] == [DRA_ENV, {"name": "GPU_ENRICHER_EXTRA", "value": "1"}]
     assert r.pod["runtimeClassName"] == "nvidia"
     assert r.pod["hostPID"] is True
     assert r.pod["nodeSelector"] == {"nvidia.com/gpu.present": "true",

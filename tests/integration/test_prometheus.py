@@ -54,8 +54,9 @@ RELABELINGS: list[dict[str, Any]] = [
     {"action": "labeldrop", "regex": "pod|namespace|container"},
 ]
 
-# Dashboard variables, substituted the way "All" selects them; intervals as Grafana fills them.
-VARIABLES = {"instance": ".+", "gpu": ".+", "namespace": ".+", "pod": ".+",
+# Dashboard variables, substituted the way "All" selects them (their allValue; claim's is .*,
+# so that series without a DRA claim still match); intervals as Grafana fills them.
+VARIABLES = {"instance": ".+", "gpu": ".+", "namespace": ".+", "pod": ".+", "claim": ".*",
              "__rate_interval": "1m", "__interval": "1m"}
 LABEL_VALUES = re.compile(r"^label_values\((?P<match>.+),\s*(?P<label>\w+)\)$")
 
@@ -224,6 +225,17 @@ def test_our_dashboard_queries_return_data(prometheus: Prometheus) -> None:
     assert prometheus.label_values(
         "label_values(gpu_enricher_device_allocation_info, namespace)") == [
         "inference", "ml", "research", "vision"]  # vision: through DRA claims
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    for name, variable in variables.items():  # "All" as substituted above
+        if variable.get("allValue") is not None:
+            assert VARIABLES[name] == variable["allValue"], name
+    assert prometheus.label_values(variables["claim"]["query"]) == ["single-gpu", "small-slice"]
+    (claims,) = [substitute(t["expr"]) for p in panels(dashboard)
+                 if p["title"] == "GPUs by DRA claim" for t in p["targets"]]
+    rows = prometheus.query(claims)
+    assert sorted((r["metric"]["dra_claim_name"], r["metric"]["pod"], r["metric"]["gpu"],
+                   r["metric"].get("GPU_I_ID", "")) for r in rows) == [
+        ("single-gpu", "detector-0", "3", ""), ("small-slice", "slicer-0", "2", "2")]
 
 
 @pytest.mark.reference_compat

@@ -64,6 +64,7 @@ def test_dra_flags_and_the_operators_variable() -> None:
     config, warnings = parse_config(["-k"], {"DCGM_EXPORTER_KUBERNETES_ENABLE_DRA": "true",
                                              "NODE_NAME": "n"})
     assert config.dra and config.reads_slices and config.kube_api and not warnings
+    assert not config.reads_pods, "DRA alone needs ResourceSlices, not pods (RBAC)"
     assert config.dra_drivers == {"gpu.nvidia.com"}
     config, _ = parse_config(["-k", "--kubernetes-enable-dra", "--kubernetes-dra-driver-names",
                               "gpu.nvidia.com, compute-domain.nvidia.com"], {"NODE_NAME": "n"})

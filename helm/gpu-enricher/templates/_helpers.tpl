@@ -101,11 +101,24 @@ Mirrors the exporter's Config.reads_proc. */}}
 {{- if or .Values.processMetrics.enabled (and .Values.kubernetes.enabled .Values.kubernetes.virtualGpus) }}true{{ end }}
 {{- end }}
 
-{{/* "true" when a feature reads pods from the Kubernetes API: the pods-only ClusterRole, its
-binding and the service-account token come with it. Mirrors the exporter's Config.kube_api,
-less process metrics when processMetrics.kubernetesApi is false. */}}
+{{/* "true" when DRA attribution is on: kubernetes.dra.enabled with pod attribution (-k),
+whose kubelet List gives the claims. Mirrors the exporter's Config.reads_slices. */}}
+{{- define "gpu-enricher.dra" -}}
+{{- if and .Values.kubernetes.enabled .Values.kubernetes.dra.enabled }}true{{ end }}
+{{- end }}
+
+{{/* "true" when a feature reads pods from the Kubernetes API: the ClusterRole's pods rule.
+Process metrics name pods from the API when processMetrics.kubernetesApi is true, and also
+when DRA makes the exporter call the API anyway (one --kubernetes-api switch covers both). */}}
+{{- define "gpu-enricher.readsPods" -}}
+{{- if or .Values.kubernetes.podLabels.enabled .Values.kubernetes.podUid.enabled (and .Values.processMetrics.enabled (or .Values.processMetrics.kubernetesApi (include "gpu-enricher.dra" .))) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the exporter calls the Kubernetes API (pods, or DRA's ResourceSlices): the
+ClusterRole, its binding and the service-account token come with it. Mirrors the exporter's
+Config.kube_api, less process metrics when processMetrics.kubernetesApi is false. */}}
 {{- define "gpu-enricher.kubeApi" -}}
-{{- if or (and .Values.processMetrics.enabled .Values.processMetrics.kubernetesApi) .Values.kubernetes.podLabels.enabled .Values.kubernetes.podUid.enabled }}true{{ end }}
+{{- if or (include "gpu-enricher.readsPods" .) (include "gpu-enricher.dra" .) }}true{{ end }}
 {{- end }}
 
 {{/* Whether the pod shares the host's PID namespace: the hostPID value, or process access
