@@ -37,6 +37,7 @@ from .flags import (
     go_style_flags,
     parse_address,
     parse_bool,
+    parse_driver_names,
     parse_gpu_id_type,
     parse_interval,
     parse_log_format,
@@ -137,12 +138,13 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         dra=(switch("kubernetes-enable-dra")
              if _value(args, "kubernetes-enable-dra", env)[0] is not None
              else simulate is not None),
-        dra_drivers=get("kubernetes-dra-driver-names", parse_names,
+        dra_drivers=get("kubernetes-dra-driver-names", parse_driver_names,
                         frozenset({"gpu.nvidia.com"})),
         node_name=env.get("NODE_NAME") or socket.gethostname(),
     )
     warnings = _unimplemented_warnings(args, env)
-    if config.dra and not config.reads_slices:
+    asked_dra = _value(args, "kubernetes-enable-dra", env)[0] is not None
+    if config.dra and not config.reads_slices and asked_dra:
         warnings.append("--kubernetes-enable-dra needs -k/--kubernetes (the kubelet's claims) and "
                         "the Kubernetes API (ResourceSlices): DRA labels off")
     if config.kube_api and not env.get("NODE_NAME") and simulate is None:

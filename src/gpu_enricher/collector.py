@@ -148,12 +148,11 @@ class Collector:
                             self.backend.name)
         self._unmatched.report(
             joined.attribution.unmatched if joined.attribution is not None else (),
-            joined.claims.unresolved if joined.claims is not None else ())
+            joined.claims.unresolved if joined.claims is not None else {})
         if joined.attribution is not None and self.snapshot is not None:
             own.append(allocation_family(self.snapshot, joined.attribution))
         if joined.claims is not None:
-            own += claim_family(sum(map(len, joined.claims.holders.values())),
-                                joined.claims.unresolved)
+            own += claim_family(joined.claims.claimed, joined.claims.unresolved)
         own += self._sources.families()
         self.document = joined.document
         return Exposition.from_families(joined.families, self._own.render(own))

@@ -72,7 +72,7 @@ def _claims(inputs: CycleInputs, drivers: frozenset[str]) -> ClaimHolders | None
     slices = inputs.slices or SliceDirectory()
     found = claim_holders(inputs.node.gpus, inputs.assignments.claims, slices, drivers)
     # Before the first complete list of slices nothing is "unresolved" yet, only pending.
-    return found if slices.synced else dataclasses.replace(found, unresolved=())
+    return found if slices.synced else dataclasses.replace(found, unresolved={})
 
 
 def _attribution(inputs: CycleInputs, extra: Collection[str], pods: PodIndex,
@@ -104,7 +104,10 @@ def _allocation(inputs: CycleInputs, pods: PodIndex,
     managed = frozenset(held.holders) | frozenset(free.holders)
     if claims is not None:  # a GPU a DRA driver publishes is handed out through claims
         held = merged(held, claims, answer.pod_age)
-        managed |= claims.managed | frozenset(claims.holders)
+        # ... but only a kubelet that reports claims (v1, 1.34+ or its feature gate) tells us
+        # who holds them: without any, no process on a DRA GPU can be called unallocated.
+        if claims.holders or claims.unresolved:
+            managed |= claims.managed | frozenset(claims.holders)
     return Allocation(held.holders, managed)
 
 

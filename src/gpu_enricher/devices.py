@@ -167,7 +167,9 @@ def ordered(holders: set[Holder], pod_age: Mapping[tuple[str, str], int]) -> tup
     goes first. `pod_age` is how many `List` answers ago a pod first appeared. Pods sharing a
     ResourceClaim are a real share, not that bug: they keep the sorted order."""
     result = sorted(holders)
-    if len(result) > 1 and all(h.replica is None and h.claim is None for h in result):
+    claims = [(h.claim.claim_namespace, h.claim.claim_name) for h in result if h.claim]
+    shared_claim = len(claims) != len(set(claims))
+    if len(result) > 1 and not shared_claim and all(h.replica is None for h in result):
         result.sort(key=lambda h: pod_age.get((h.namespace, h.pod), 0))
     return tuple(result)
 

@@ -72,6 +72,13 @@ def parse_names(text: str) -> frozenset[str]:
     return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
+def parse_driver_names(text: str) -> frozenset[str]:
+    names = parse_names(text)
+    if not names:
+        raise UsageError("no DRA driver names: give at least one, e.g. gpu.nvidia.com")
+    return names
+
+
 def parse_regexes(text: str) -> tuple[str, ...]:
     """dcgm-exporter's comma-separated allowlist; each must compile."""
     patterns = tuple(p.strip() for p in text.split(",") if p.strip())
@@ -133,9 +140,11 @@ OPTIONS: Final = (
     Option("kubernetes-enable-dra", None, None,
            "attribute GPUs and MIG slices held through DRA ResourceClaims (the kubelet's "
            "dynamic_resources, resolved by this node's ResourceSlices: Kubernetes API, "
-           "get/list/watch resource.k8s.io resourceslices); adds dra_* labels"),
-    Option("kubernetes-dra-driver-names", None, parse_names,
-           "DRA drivers whose claims count, comma-separated (default gpu.nvidia.com)", "NAMES"),
+           "get/list/watch resource.k8s.io resourceslices); adds dra_* labels (with "
+           "--kubernetes-virtual-gpus a claim's share id is its vgpu label)"),
+    Option("kubernetes-dra-driver-names", None, parse_driver_names,
+           "DRA drivers whose claims count, comma-separated; replaces the default "
+           "gpu.nvidia.com (list it too to keep it)", "NAMES"),
     Option("kubernetes-enable-pod-labels", None, None,
            "add each pod's Kubernetes labels to its series (Kubernetes API: get/list/watch "
            "pods)"),

@@ -34,6 +34,9 @@ class GpuInstance:
     uuid: str
     """The MIG device UUID, `MIG-…`; series carry the parent's UUID, this one is for matching."""
     values: Mapping[str, FieldValue] = field(default_factory=dict)
+    placement_start: int | None = None
+    """The first memory slice it occupies (`nvmlGpuInstanceGetInfo`): tells apart instances
+    of one profile, as DRA's MIG device names do."""
 
 
 @dataclass(frozen=True, slots=True)

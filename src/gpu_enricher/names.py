@@ -35,6 +35,10 @@ RESERVED_LABELS: Final = frozenset({
     # Prometheus's target labels: with honorLabels: true a pod label would replace them, and
     # dashboard 12239 keys on `instance`.
     "job", "instance",
+    # A DRA series' claim labels: a pod label of the same name would duplicate one, and a
+    # duplicate label name makes Prometheus reject the whole scrape.
+    "dra_claim_name", "dra_claim_namespace", "dra_device_name", "dra_driver_name",
+    "dra_pool_name", "dra_mig_profile", "dra_mig_device_uuid",
 })
 
 SELF_PREFIX: Final = "gpu_enricher_"

@@ -2,7 +2,7 @@
 answering, a kubelet device ID or a DRA claimed device that matches nothing on this node."""
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .model import NodeSnapshot
 
@@ -28,11 +28,11 @@ class Unmatched:
     def __init__(self) -> None:
         self._seen: set[str] = set()
 
-    def report(self, device_ids: Iterable[str], claims: Iterable[str]) -> None:
+    def report(self, device_ids: Iterable[str], claims: Mapping[str, str]) -> None:
         for item, what, hint in [
             *((d, "kubelet device ID", "") for d in device_ids),
-            *((c, "DRA claimed device", " (no ResourceSlice of this node names it yet): its "
-               "GPU's series flow without DRA labels") for c in claims),
+            *((c, "DRA claimed device", f" ({why}): its GPU's series flow without DRA labels")
+              for c, why in claims.items()),
         ]:
             if item not in self._seen and len(self._seen) < MAX_REMEMBERED:
                 self._seen.add(item)

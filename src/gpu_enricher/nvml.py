@@ -240,20 +240,21 @@ class NvmlBackend:
             reader.gpm = self._gpm_metrics(parent, (parent_uuid, gi), instance_specs, errors, index)
             values = {s.name: v for s in instance_specs if (v := reader.read(s)) is not None}
             by_instance[gi] = running_processes(reader, mig)
-            profile = self._profile_name(parent, parent_uuid, gi, errors, index)
-            by_gi[gi] = GpuInstance(gi, ci, profile, mig_uuid, values)
+            profile, start = self._profile_name(parent, parent_uuid, gi, errors, index)
+            by_gi[gi] = GpuInstance(gi, ci, profile, mig_uuid, values, start)
         return tuple(by_gi[gi] for gi in sorted(by_gi))
 
     def _profile_name(self, parent: Any, parent_uuid: str, gi: int,
-                      errors: list[SampleError], index: int) -> str:
-        """`nvmlGpuInstanceGetInfo` gives the profile id, the profile table its name."""
+                      errors: list[SampleError], index: int) -> tuple[str, int | None]:
+        """`nvmlGpuInstanceGetInfo` gives the profile id (the profile table gives its name)
+        and the placement."""
         try:
             info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(parent, gi))
         except pynvml.NVMLError as exc:
             if exc.value in GPU_FATAL:
                 raise
             errors.append(SampleError(SOURCE, error_reason(exc), index))
-            return ""
+            return "", None
         table = self._profile_names.get(parent_uuid)
         if table is None:
             table = {}
@@ -265,4 +266,4 @@ class NvmlBackend:
                 table[int(p.id)] = text(p.name).removeprefix("MIG ")
             if table:  # profiles are fixed per GPU; an empty answer is retried next time
                 self._profile_names[parent_uuid] = table
-        return table.get(int(info.profileId), "")
+        return table.get(int(info.profileId), ""), int(info.placement.start)

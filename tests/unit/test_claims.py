@@ -1,6 +1,12 @@
 """DRA claims → this node's GPUs and MIG instances, through its ResourceSlices."""
 
-from gpu_enricher.claims import NVIDIA_DRA_DRIVER, claim_holders, merged
+from gpu_enricher.claims import (
+    NOT_ON_THIS_NODE,
+    NOT_PUBLISHED,
+    NVIDIA_DRA_DRIVER,
+    claim_holders,
+    merged,
+)
 from gpu_enricher.devices import ClaimRef, Holder, attribute, ordered
 from gpu_enricher.model import (
     ClaimAllocation,
@@ -38,7 +44,7 @@ def claim(pod: str, device: str, name: str = "c", share: str | None = None,
 def test_a_whole_gpu_and_a_mig_slice_through_claims() -> None:
     found = claim_holders(NODE, [claim("a", "gpu-0", "single"), claim("b", "gpu-1-mig-5",
                                                                      "slice")], SLICES, DRIVERS)
-    assert found.unresolved == ()
+    assert found.unresolved == {} and found.claimed == 2
     (gpu_holder,) = found.holders[(0, None)]
     assert gpu_holder == Holder("ml", "a", "main", D, "node-a/gpu-0")
     assert gpu_holder.claim == ClaimRef("single", "ml", D, "node-a", "gpu-0")
@@ -54,21 +60,22 @@ def test_unresolved_claims_are_reported_not_raised() -> None:
                                  claim("a", "gpu-0", pool="other-node")],
                           SLICES, DRIVERS)
     assert found.holders == {}
-    assert found.unresolved == (f"{D}/node-a/gpu-7", f"{D}/node-a/gpu-9",
-                                f"{D}/other-node/gpu-0")
+    assert found.unresolved == {f"{D}/node-a/gpu-7": NOT_PUBLISHED,
+                                f"{D}/node-a/gpu-9": NOT_ON_THIS_NODE,
+                                f"{D}/other-node/gpu-0": NOT_PUBLISHED}
 
 
 def test_only_the_given_drivers_count() -> None:
     other = claim("a", "gpu-0", driver="other.example.com")
     assert claim_holders(NODE, [other], SLICES, DRIVERS).holders == {}
-    assert claim_holders(NODE, [other], SLICES, DRIVERS).unresolved == ()
+    assert claim_holders(NODE, [other], SLICES, DRIVERS).unresolved == {}
     both = claim_holders(NODE, [other], SLICES, DRIVERS | {"other.example.com"})
     assert [h.resource for h in both.holders[(0, None)]] == ["other.example.com"]
 
 
 def test_no_slices_yet_resolves_nothing() -> None:
     found = claim_holders(NODE, [claim("a", "gpu-0")], SliceDirectory(), DRIVERS)
-    assert found.holders == {} and found.unresolved == (f"{D}/node-a/gpu-0",)
+    assert found.holders == {} and found.unresolved == {f"{D}/node-a/gpu-0": NOT_PUBLISHED}
 
 
 def test_a_shared_claim_keeps_sorted_order_and_merges_with_device_plugin_holders() -> None:
@@ -91,3 +98,38 @@ def test_the_newest_pod_rule_still_applies_to_device_plugin_holders() -> None:
     old = Holder("ml", "a-old", "c", "nvidia.com/gpu", U0)
     new = Holder("ml", "z-new", "c", "nvidia.com/gpu", U0)
     assert ordered({old, new}, {("ml", "z-new"): 0, ("ml", "a-old"): 3}) == (new, old)
+
+
+def test_a_mig_slice_published_by_parent_and_profile() -> None:
+    """NVIDIA's driver publishes an on-demand MIG slice without a UUID: its parent and
+    profile find the instance, and when the parent has several of that profile, the
+    placement start its name ends with."""
+    two = (GpuSnapshot(DeviceIdentity(1, U1, "00000000:28:00.0", "NVIDIA A100"),
+                       mig_enabled=True,
+                       instances=(GpuInstance(3, 0, "1g.10gb", "MIG-a", placement_start=4),
+                                  GpuInstance(5, 0, "1g.10gb", "MIG-b", placement_start=6),
+                                  GpuInstance(1, 0, "3g.40gb", "MIG-c", placement_start=0))),)
+    slices = SliceDirectory((
+        SliceDevice(D, "node-a", "gpu-0-mig-1g.10gb-19-6", "", "mig", U1, "1g.10gb"),
+        SliceDevice(D, "node-a", "gpu-0-mig-3g.40gb-9-0", "", "mig", U1, "3g.40gb"),
+        SliceDevice(D, "node-a", "gpu-0-mig-1g.10gb-any", "", "mig", U1, "1g.10gb"),
+    ), synced=True)
+    found = claim_holders(two, [claim("a", "gpu-0-mig-1g.10gb-19-6"),
+                                claim("b", "gpu-0-mig-3g.40gb-9-0"),
+                                claim("c", "gpu-0-mig-1g.10gb-any")], slices, DRIVERS)
+    assert {k: [h.pod for h in v] for k, v in found.holders.items()} == {
+        (1, 5): ["a"], (1, 1): ["b"]}
+    assert found.unresolved == {f"{D}/node-a/gpu-0-mig-1g.10gb-any": NOT_ON_THIS_NODE}, \
+        "two 1g.10gb instances and no placement in the name: ambiguous, not guessed"
+    assert found.holders[(1, 5)][0].claim == ClaimRef("c", "ml", D, "node-a",
+                                                      "gpu-0-mig-1g.10gb-19-6", "1g.10gb",
+                                                      "MIG-b"), "NVML's MIG UUID"
+
+
+def test_distinct_claims_still_get_the_newest_pod_rule() -> None:
+    """A stale device-plugin pod an old kubelet still lists beside the pod that now holds the
+    GPU through a claim: the newest pod's labels win, as for two device-plugin pods."""
+    stale = Holder("ml", "a-stale", "c", "nvidia.com/gpu", U0)
+    new = Holder("ml", "z-new", "c", D, "node-a/gpu-0",
+                 claim=ClaimRef("mine", "ml", D, "node-a", "gpu-0"))
+    assert ordered({stale, new}, {("ml", "z-new"): 0, ("ml", "a-stale"): 4}) == (new, stale)

@@ -169,3 +169,17 @@ def test_not_served_backs_off_like_a_missing_permission() -> None:
     options = ListWatchOptions(backoff_initial_seconds=1.0, backoff_max_seconds=60.0)
     delays = [backoff_delay(n, "not_served", options, lambda a, b: 1.0) for n in (1, 2, 3)]
     assert delays == [1.0, 8.0, 60.0]
+
+
+def test_a_mig_device_the_driver_creates_on_demand_has_no_uuid_but_is_kept() -> None:
+    """NVIDIA's driver publishes dynamic MIG slices by parent and profile: no UUID until the
+    slice exists. Such a device is kept; one with neither uuid nor parent+profile is not."""
+    parsed = parse_slice(v1_slice([
+        gpu_device(type={"string": "mig"}, parentUUID={"string": GPU},
+                   profile={"string": "1g.10gb"}),
+        gpu_device(type={"string": "mig"}, parentUUID={"string": GPU}),  # no profile
+    ]))
+    assert parsed is not None and parsed.skipped == 1
+    (device,) = parsed.devices
+    assert (device.uuid, device.kind, device.parent_uuid, device.profile) == (
+        "", "mig", GPU, "1g.10gb")

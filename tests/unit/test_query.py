@@ -477,3 +477,32 @@ def test_compose_decides_processes_on_a_dra_gpu_against_its_claim_holders() -> N
     off = compose(CycleInputs(SHARED_NODE, plan, answer, API_PODS, LOG_PODS, TABLE,
                               slices=slices), JoinOptions(None, process_metrics=True))
     assert [p.allocated for p in off.processes] == [None, None, None]
+
+
+def test_compose_pod_uid_and_labels_on_a_dra_series_and_no_flags_without_claims() -> None:
+    """dcgm-exporter #718: pod_uid and the pod's labels belong on DRA series too; a pod label
+    named like a dra_* label is prefixed (a duplicate label name fails the whole scrape). A
+    kubelet that reports no claims at all (a 1.32/1.33 kubelet without the gate) leaves
+    processes on a DRA GPU undecided rather than flagged."""
+    plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
+    claimed = ClaimAllocation("ml", "train-0", "trainer", "gpu-claim", "ml", "gpu.nvidia.com",
+                              "node-a", "gpu-0")
+    slices = SliceDirectory((SliceDevice("gpu.nvidia.com", "node-a", "gpu-0", UUID0, "gpu"),),
+                            synced=True)
+    pods = PodDirectory((PodMeta(UID_TRAIN, "ml", "train-0",
+                                 labels={"dra_pool_name": "mine", "team": "vision"}),),
+                        synced=True)
+    options = JoinOptions(None, process_metrics=True, dra_drivers=frozenset({"gpu.nvidia.com"}),
+                          pod_policy=PodLabelPolicy(labels=True, uid=True))
+    with_claim = AssignmentSnapshot((), 1.0, True, (), "v1", claims=(claimed,))
+    out = compose(CycleInputs(SHARED_NODE, plan, with_claim, pods, LOG_PODS, TABLE,
+                              slices=slices), options)
+    line = next(ln for ln in Exposition.from_families(out.families).text.decode().splitlines()
+                if ln.startswith("DCGM_FI_DEV_FB_USED{"))
+    assert ('pod_label_dra_pool_name="mine",team="vision",container="trainer",'
+            'dra_claim_name="gpu-claim"') in line
+    assert f'pod="train-0",pod_uid="{UID_TRAIN}"}}' in line
+    no_claims = AssignmentSnapshot((), 1.0, True, (), "v1")
+    out = compose(CycleInputs(SHARED_NODE, plan, no_claims, pods, LOG_PODS, TABLE,
+                              slices=slices), options)
+    assert [p.allocated for p in out.processes] == [None, None, None]

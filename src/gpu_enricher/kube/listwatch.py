@@ -119,6 +119,7 @@ class ListWatch(Generic[T]):
         self.last_success_wall: float | None = None
         self.last_list_seconds: float | None = None
         self.failures = 0  # in a row; 0 while healthy
+        self._unexpected_logged = False
         self.lists = 0
         self.watches = 0
         self.restarts: Counter[str] = Counter()
@@ -161,7 +162,9 @@ class ListWatch(Generic[T]):
                         continue
                 await self._failed(exc)
             except Exception as exc:  # a bug must not end the watch for the process's life
-                log.exception("%s watch failed unexpectedly", self.kind.resource)
+                if not self._unexpected_logged:  # the traceback once per failure streak
+                    self._unexpected_logged = True
+                    log.exception("%s watch failed unexpectedly", self.kind.resource)
                 await self._failed(KubeError(BAD_RESPONSE, repr(exc)))
             finally:
                 self.watching = False
@@ -236,6 +239,7 @@ class ListWatch(Generic[T]):
         self.current_at = self._clock()
         self.last_success_wall = time.time()
         self.failures = 0
+        self._unexpected_logged = False
         if self._failing is not None:
             log.warning("Kubernetes API answers again: %s %s listed and watched",
                         self.kind.resource, self.kind.scope)

@@ -66,17 +66,20 @@ def _attributes(device: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def parse_device(device: Any, driver: str, pool: str) -> SliceDevice | None:
-    """One entry of `spec.devices`; None without a name or a `uuid` attribute."""
+    """One entry of `spec.devices`; None without a name, or without anything that names a
+    GPU: a `uuid`, or for a MIG device its `parentUUID` and `profile` (the driver publishes
+    MIG slices it creates on demand that way: they have no UUID until they exist)."""
     device = _mapping(device)
     name = _text(device.get("name"))
     attributes = _attributes(device)
     uuid = _attribute(attributes, driver, ATTR_UUID)
-    if not name or not uuid:
+    parent = _attribute(attributes, driver, ATTR_PARENT_UUID) or None
+    profile = _attribute(attributes, driver, ATTR_PROFILE) or None
+    if not name or not (uuid or (parent and profile)):
         return None
     return SliceDevice(driver=driver, pool=pool, name=name, uuid=uuid,
                        kind=_attribute(attributes, driver, ATTR_TYPE),
-                       parent_uuid=_attribute(attributes, driver, ATTR_PARENT_UUID) or None,
-                       profile=_attribute(attributes, driver, ATTR_PROFILE) or None)
+                       parent_uuid=parent, profile=profile)
 
 
 def parse_slice(obj: JsonObject) -> ParsedSlice | None:
