@@ -642,8 +642,12 @@ static int parse_minor(const char *s, struct config *c)
     }
 }
 
-/* Parse "i=gi:prof,...;j=" (FAKE_NVML_MIG). */
-static int parse_mig(const char *s, struct config *c)
+/* Parses GPU g's list [p, end) of a "i=list;j=list" variable into *c. */
+typedef int (*gpu_list_fn)(struct config *c, unsigned g, const char *p,
+                           const char *end);
+
+/* Walk "i=list;j=list" (blank entries skipped), calling list() per entry. */
+static int parse_gpu_lists(const char *s, struct config *c, gpu_list_fn list)
 {
     const char *p = s;
     while (*p) {
@@ -655,12 +659,19 @@ static int parse_mig(const char *s, struct config *c)
             const char *q = parse_uint(p, MAX_GPUS - 1, &g);
             if (!q || q >= end || *q != '=')
                 return -1;
-            if (parse_mig_list(q + 1, end, &c->mig[g]) != 0)
+            if (list(c, (unsigned)g, q + 1, end) != 0)
                 return -1;
         }
         p = *end ? end + 1 : end;
     }
     return 0;
+}
+
+/* FAKE_NVML_MIG entry: "i=gi:prof,...". */
+static int mig_list(struct config *c, unsigned g, const char *p,
+                    const char *end)
+{
+    return parse_mig_list(p, end, &c->mig[g]);
 }
 
 /* Copy the field [s, e) without surrounding blanks into buf; -1 if too long. */
@@ -762,25 +773,11 @@ static int parse_proc_list(const char *p, const char *end, struct procs_cfg *pc)
     }
 }
 
-/* Parse "i=proc,proc;j=" (FAKE_NVML_PROCESSES). */
-static int parse_procs(const char *s, struct config *c)
+/* FAKE_NVML_PROCESSES entry: "i=proc,proc". */
+static int procs_list(struct config *c, unsigned g, const char *p,
+                      const char *end)
 {
-    const char *p = s;
-    while (*p) {
-        const char *end = strchr(p, ';');
-        if (!end)
-            end = p + strlen(p);
-        if (*skip_ws(p) && skip_ws(p) < end) {
-            unsigned long g;
-            const char *q = parse_uint(p, MAX_GPUS - 1, &g);
-            if (!q || q >= end || *q != '=')
-                return -1;
-            if (parse_proc_list(q + 1, end, &c->procs[g]) != 0)
-                return -1;
-        }
-        p = *end ? end + 1 : end;
-    }
-    return 0;
+    return parse_proc_list(p, end, &c->procs[g]);
 }
 
 /* Read all FAKE_NVML_* variables into g_env; -1 (and g_last_error) if bad. */
@@ -848,12 +845,12 @@ static int load_env(void)
         bad = 1;
     }
     s = getenv("FAKE_NVML_MIG");
-    if (s && parse_mig(s, &c) != 0) {
+    if (s && parse_gpu_lists(s, &c, mig_list) != 0) {
         set_error("bad %s=%s", "FAKE_NVML_MIG", s);
         bad = 1;
     }
     s = getenv("FAKE_NVML_PROCESSES");
-    if (s && parse_procs(s, &c) != 0) {
+    if (s && parse_gpu_lists(s, &c, procs_list) != 0) {
         set_error("bad %s=%s", "FAKE_NVML_PROCESSES", s);
         bad = 1;
     }

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +18,24 @@ from gpu_enricher.kube.fake_objects import pod_object
 from gpu_enricher.kube.fake_server import FakeKubeApi, RecordedRequest
 from gpu_enricher.kube.source import PodWatchOptions, PodWatchSource
 from gpu_enricher.model import PodMeta
+from tests.integration.kube_helpers import (
+    eventually,
+    family_values,
+    fast_options,
+    loopback_only,
+    starter,
+    synced,
+)
 
 NODE = "gpu-node-1"
 OTHER = "cpu-node-7"
 CID = "40c03570b6f4c30bc8d69923d37ee698f5cfcced92c7b7df1c47f6f7887378a9"
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY")
+
+__all__ = ["loopback_only"]  # the autouse fixture (kube_helpers)
 
 
 def pod(uid: str, name: str, node: str = NODE, **fields: Any) -> dict[str, Any]:
     return pod_object(PodMeta(uid=uid, namespace="ml", name=name, **fields), node)
-
-
-async def eventually(predicate: Callable[[], bool], within: float = 3.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {within}s")
-        await asyncio.sleep(0.01)
 
 
 def lists(api: FakeKubeApi) -> list[RecordedRequest]:
@@ -50,14 +50,6 @@ def names(source: PodWatchSource) -> set[str]:
     return {p.name for p in source.snapshot().pods}
 
 
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The client's session trusts the environment: no proxy may take loopback traffic."""
-    for variable in PROXY_VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
-        monkeypatch.delenv(variable.lower(), raising=False)
-
-
 @pytest.fixture
 async def api() -> AsyncIterator[FakeKubeApi]:
     fake = FakeKubeApi()
@@ -67,11 +59,7 @@ async def api() -> AsyncIterator[FakeKubeApi]:
 
 
 def fast(api: FakeKubeApi, **changes: Any) -> PodWatchOptions:
-    options = PodWatchOptions(NODE, host=api.url, watch_timeout_seconds=30,
-                              stall_margin_seconds=1.0, stale_after_seconds=30.0,
-                              request_timeout_seconds=2.0, backoff_initial_seconds=0.02,
-                              backoff_max_seconds=0.1)
-    return replace(options, **changes)
+    return fast_options(PodWatchOptions, NODE, api, **changes)
 
 
 Start = Callable[..., Awaitable[PodWatchSource]]
@@ -80,29 +68,12 @@ Start = Callable[..., Awaitable[PodWatchSource]]
 @pytest.fixture
 async def start(api: FakeKubeApi) -> AsyncIterator[Start]:
     """Starts a source on `api` (option changes as keywords); all are closed at the end."""
-    made: list[PodWatchSource] = []
 
-    async def start_source(plan: Callable[[], ConfigPlan] | None = None,
-                           **changes: Any) -> PodWatchSource:
-        source = PodWatchSource(fast(api, **changes), plan=plan)
-        made.append(source)
-        await source.start()
-        return source
+    def make(plan: Callable[[], ConfigPlan] | None = None, **changes: Any) -> PodWatchSource:
+        return PodWatchSource(fast(api, **changes), plan=plan)
 
-    yield start_source
-    for source in made:
-        await source.close()
-
-
-async def synced(start: Start, api: FakeKubeApi, **changes: Any) -> PodWatchSource:
-    source = await start(**changes)
-    await eventually(lambda: source.snapshot().synced and api.open_watches == 1)
-    return source
-
-
-def family_values(source: PodWatchSource) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in source.families() for s in family.samples}
+    async with starter(make) as start_source:
+        yield start_source
 
 
 async def test_lists_then_watches_only_this_nodes_pods(api: FakeKubeApi, start: Start) -> None:

@@ -15,7 +15,14 @@ from gpu_enricher.kube.fake_server import FakeKubeApi, RecordedRequest
 from gpu_enricher.kube.fake_slices import slice_object
 from gpu_enricher.kube.slice_source import ResourceSliceOptions, ResourceSliceSource
 from gpu_enricher.model import SliceDevice
-from tests.integration.test_kube import eventually, loopback_only
+from tests.integration.kube_helpers import (
+    eventually,
+    family_values,
+    fast_options,
+    loopback_only,
+    starter,
+    synced,
+)
 
 NODE = "gpu-node-1"
 OTHER = "gpu-node-2"
@@ -28,7 +35,7 @@ SLICE_1G = SliceDevice(DRIVER, NODE, "gpu-1-mig-1g10gb-0", MIG, "mig", A100, "1g
 ALL_VERSIONS = ("v1", "v1beta2", "v1beta1")
 GROUP_PATH = "/apis/resource.k8s.io/"
 
-__all__ = ["loopback_only"]  # the autouse fixture, shared with the pod watch's tests
+__all__ = ["loopback_only"]  # the autouse fixture (kube_helpers)
 
 
 def gpu_slice(node: str = NODE, devices: tuple[SliceDevice, ...] = (WHOLE, SLICE_1G),
@@ -45,12 +52,6 @@ def uuids(source: ResourceSliceSource) -> set[str]:
     return {d.uuid for d in source.snapshot().devices}
 
 
-def family_values(source: ResourceSliceSource) -> dict[tuple[str, tuple[tuple[str, str], ...]],
-                                                       float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in source.families() for s in family.samples}
-
-
 @pytest.fixture
 async def api() -> AsyncIterator[FakeKubeApi]:
     fake = FakeKubeApi(resource_versions=ALL_VERSIONS)
@@ -65,27 +66,12 @@ Start = Callable[..., Awaitable[ResourceSliceSource]]
 @pytest.fixture
 async def start(api: FakeKubeApi) -> AsyncIterator[Start]:
     """Starts a source on `api` (option changes as keywords); all are closed at the end."""
-    made: list[ResourceSliceSource] = []
 
-    async def start_source(**changes: Any) -> ResourceSliceSource:
-        options = ResourceSliceOptions(NODE, host=api.url, watch_timeout_seconds=30,
-                                       stall_margin_seconds=1.0, stale_after_seconds=30.0,
-                                       request_timeout_seconds=2.0, backoff_initial_seconds=0.02,
-                                       backoff_max_seconds=0.1)
-        source = ResourceSliceSource(replace(options, **changes))
-        made.append(source)
-        await source.start()
-        return source
+    def make(**changes: Any) -> ResourceSliceSource:
+        return ResourceSliceSource(fast_options(ResourceSliceOptions, NODE, api, **changes))
 
-    yield start_source
-    for source in made:
-        await source.close()
-
-
-async def synced(start: Start, api: FakeKubeApi, **changes: Any) -> ResourceSliceSource:
-    source = await start(**changes)
-    await eventually(lambda: source.snapshot().synced and api.open_watches == 1)
-    return source
+    async with starter(make) as start_source:
+        yield start_source
 
 
 @pytest.mark.parametrize(("served", "chosen"), [
