@@ -33,7 +33,7 @@ def make_backend(config: Config) -> GpuBackend:
     if config.simulate is None:
         from .nvml import NvmlBackend
 
-        return NvmlBackend()
+        return NvmlBackend(slow_interval_seconds=config.slow_fields_interval_ms / 1000)
     from .scenario import builtin_scenario, load_scenario
     from .simulated import SimulatedBackend
 

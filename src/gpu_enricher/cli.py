@@ -24,17 +24,12 @@ from .config import (
     DEFAULT_PROC_ROOT,
     Config,
 )
-from .flags import (
+from .flag_values import (
     DEFAULT_INTERVAL_MS,
     FALSE_WORDS,
-    SHORT_USAGE,
     TRUE_WORDS,
     ArgumentsError,
     UsageError,
-    build_parser,
-    compat_flags,
-    env_names,
-    go_style_flags,
     parse_address,
     parse_bool,
     parse_driver_names,
@@ -43,7 +38,9 @@ from .flags import (
     parse_log_format,
     parse_names,
     parse_regexes,
+    parse_slow_interval,
 )
+from .flags import SHORT_USAGE, build_parser, compat_flags, env_names, go_style_flags
 
 log = logging.getLogger("gpu_enricher")
 
@@ -120,6 +117,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         port=port,
         collectors=get("collectors", Path, default_counters_path()),
         collect_interval_ms=get("collect-interval", parse_interval, DEFAULT_INTERVAL_MS),
+        slow_fields_interval_ms=get("slow-fields-interval", parse_slow_interval, 30000),
         hostname=hostname,
         log_format=get("log-format", parse_log_format, "text"),
         debug=switch("debug"),

@@ -33,6 +33,7 @@ class Config:
     pod_uid: bool = False  # --kubernetes-enable-pod-uid
     kubeconfig: Path | None = None  # else in-cluster, else $KUBECONFIG
     kubernetes_api: bool = True  # False: never call the API server (no RBAC granted)
+    slow_fields_interval_ms: int = 30000  # costly cumulative counters and the MIG mode
     dra: bool = False  # --kubernetes-enable-dra: devices held through ResourceClaims
     dra_drivers: frozenset[str] = frozenset({"gpu.nvidia.com"})
     node_name: str = ""  # this node, for the Kubernetes API's field selector

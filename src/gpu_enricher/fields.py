@@ -104,6 +104,8 @@ class FieldSpec:
     mig: MigScope
     help: str
     prom_type: str = "gauge"
+    slow: bool = False
+    """Costly and slowly changing (a cumulative counter): read on the slow cadence."""
 
 
 def _spec(
@@ -115,8 +117,9 @@ def _spec(
     fmt: ValueFormat = ValueFormat.INT,
     mig: MigScope = MigScope.PARENT,
     prom_type: str = "gauge",
+    slow: bool = False,
 ) -> FieldSpec:
-    return FieldSpec(name, source, convert, fmt, mig, help_text, prom_type)
+    return FieldSpec(name, source, convert, fmt, mig, help_text, prom_type, slow)
 
 
 # NVML constants written out so this module needs no pynvml import:
@@ -143,9 +146,9 @@ _SPECS: Final = (
           "Power draw (in W).", convert=_milli_to_unit, fmt=ValueFormat.FLOAT),
     _spec("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
           DeviceCall("nvmlDeviceGetTotalEnergyConsumption"),
-          "Total energy consumption since boot (in mJ).", prom_type="counter"),
+          "Total energy consumption since boot (in mJ).", prom_type="counter", slow=True),
     _spec("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", DeviceCall("nvmlDeviceGetPcieReplayCounter"),
-          "Total number of PCIe retries.", prom_type="counter"),
+          "Total number of PCIe retries.", prom_type="counter", slow=True),
     _spec("DCGM_FI_DEV_GPU_UTIL", DeviceCall("nvmlDeviceGetUtilizationRates", pick="gpu"),
           "GPU utilization (in %).", mig=MigScope.GPU_ONLY),
     _spec("DCGM_FI_DEV_MEM_COPY_UTIL",
@@ -165,17 +168,23 @@ _SPECS: Final = (
           "Framebuffer memory reserved (in MiB).", convert=_bytes_to_mib,
           mig=MigScope.INSTANCE),
     _spec("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", NvmlFieldValue(3),
-          "Total number of single-bit volatile ECC errors.", prom_type="counter"),
+          "Total number of single-bit volatile ECC errors.", prom_type="counter",
+          slow=True),
     _spec("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", NvmlFieldValue(4),
-          "Total number of double-bit volatile ECC errors.", prom_type="counter"),
+          "Total number of double-bit volatile ECC errors.", prom_type="counter",
+          slow=True),
     _spec("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", NvmlFieldValue(5),
-          "Total number of single-bit persistent ECC errors.", prom_type="counter"),
+          "Total number of single-bit persistent ECC errors.", prom_type="counter",
+          slow=True),
     _spec("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", NvmlFieldValue(6),
-          "Total number of double-bit persistent ECC errors.", prom_type="counter"),
+          "Total number of double-bit persistent ECC errors.", prom_type="counter",
+          slow=True),
     _spec("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", NvmlFieldValue(142),
-          "Number of remapped rows for correctable errors", prom_type="counter"),
+          "Number of remapped rows for correctable errors", prom_type="counter",
+          slow=True),
     _spec("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", NvmlFieldValue(143),
-          "Number of remapped rows for uncorrectable errors", prom_type="counter"),
+          "Number of remapped rows for uncorrectable errors", prom_type="counter",
+          slow=True),
     _spec("DCGM_FI_DEV_ROW_REMAP_FAILURE", NvmlFieldValue(145),
           "Whether remapping of rows has failed"),
     _spec("DCGM_FI_PROF_GR_ENGINE_ACTIVE", GpmMetric(1),

@@ -17,83 +17,20 @@ from typing import Any, Final, NoReturn
 from . import __version__
 from .config import BUILTIN_SCENARIO
 from .dcgm_flags import DCGM_EXPORTER_FLAGS, DcgmFlag
-
-DEFAULT_ADDRESS: Final = ":9400"
-DEFAULT_INTERVAL_MS: Final = 5000
-MIN_INTERVAL_MS: Final = 100
-# Go's strconv.ParseBool spellings (dcgm-exporter's) plus yes/no/on/off; compared lowercased.
-TRUE_WORDS: Final = frozenset({"1", "t", "true", "yes", "on"})
-FALSE_WORDS: Final = frozenset({"0", "f", "false", "no", "off", ""})
-
-
-class UsageError(Exception):
-    pass
-
-
-class ArgumentsError(UsageError):
-    """The command line itself is wrong (unknown flag, missing value): usage follows."""
-
-
-def parse_address(text: str) -> tuple[str | None, int]:
-    """`:9400`, `0.0.0.0:9400`, `[::1]:9400`, `localhost:9400` → (host or None, port)."""
-    host, sep, port_text = text.strip().rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise UsageError(f"invalid address {text!r}: expected [HOST]:PORT, e.g. :9400")
-    host = host.strip("[]")
-    return (host or None), int(port_text)
-
-
-def parse_interval(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"invalid collect interval {text!r}: expected milliseconds") from None
-    if value < MIN_INTERVAL_MS:
-        raise UsageError(f"collect interval {value} ms is below the minimum {MIN_INTERVAL_MS} ms")
-    return value
-
-
-def parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in TRUE_WORDS:
-        return True
-    if lowered in FALSE_WORDS:
-        return False
-    raise UsageError(f"invalid boolean {text!r}: expected true or false")
-
-
-def parse_gpu_id_type(text: str) -> str:
-    if text not in ("uid", "device-name"):
-        raise UsageError(f"invalid kubernetes GPU id type {text!r}: expected uid or device-name")
-    return text
-
-
-def parse_names(text: str) -> frozenset[str]:
-    return frozenset(name.strip() for name in text.split(",") if name.strip())
-
-
-def parse_driver_names(text: str) -> frozenset[str]:
-    names = parse_names(text)
-    if not names:
-        raise UsageError("no DRA driver names: give at least one, e.g. gpu.nvidia.com")
-    return names
-
-
-def parse_regexes(text: str) -> tuple[str, ...]:
-    """dcgm-exporter's comma-separated allowlist; each must compile."""
-    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise UsageError(f"invalid regular expression {pattern!r}: {exc}") from None
-    return patterns
-
-
-def parse_log_format(text: str) -> str:
-    if text not in ("text", "json"):
-        raise UsageError(f"invalid log format {text!r}: expected text or json")
-    return text
+from .flag_values import (
+    DEFAULT_ADDRESS,
+    DEFAULT_INTERVAL_MS,
+    ArgumentsError,
+    parse_address,
+    parse_bool,
+    parse_driver_names,
+    parse_gpu_id_type,
+    parse_interval,
+    parse_log_format,
+    parse_names,
+    parse_regexes,
+    parse_slow_interval,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +56,10 @@ OPTIONS: Final = (
            "PATH"),
     Option("collect-interval", "c", parse_interval,
            f"collection interval in milliseconds (default {DEFAULT_INTERVAL_MS})", "MS"),
+    Option("slow-fields-interval", None, parse_slow_interval,
+           "read the costly, slowly changing readings (energy, PCIe replay, ECC and remapped-row "
+           "counters, the MIG mode) every MS only, repeating them exactly in between; 0: every "
+           "pass (default 30000)", "MS"),
     Option("no-hostname", "n", None, "omit the Hostname label"),
     Option("log-format", None, parse_log_format, "log format: text (default) or json",
            "text|json"),

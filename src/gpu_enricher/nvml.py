@@ -14,6 +14,7 @@ import pynvml
 from .backend import BackendUnavailable
 from .fields import IMPLEMENTED, PROFILING_FIELDS, FieldSpec, GpmMetric, MigScope, NvmlFieldValue
 from .model import DeviceIdentity, FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot, SampleError
+from .nvml_cadence import DEFAULT_SLOW_INTERVAL_SECONDS, SlowReadings
 from .nvml_device import (
     GPU_FATAL,
     SOURCE,
@@ -41,8 +42,9 @@ class NvmlBackend:
 
     name = "nvml"
 
-    def __init__(self) -> None:
+    def __init__(self, slow_interval_seconds: float = DEFAULT_SLOW_INTERVAL_SECONDS) -> None:
         self.unsupported: set[tuple[str, object]] = set()
+        self._slow = SlowReadings(slow_interval_seconds)
         self._identities: dict[int, DeviceIdentity] = {}
         self._profile_names: dict[str, dict[int, str]] = {}
         self._system: dict[str, str | None] = {}
@@ -61,6 +63,7 @@ class NvmlBackend:
             ) from None
         self._open = True
         self._system.clear()
+        self._slow.clear()  # a driver reload may have reset every counter
         self._gpm_devices.clear()
         self._processes.clear()  # a new NVML session: ask for its whole sample history
         try:
@@ -147,16 +150,16 @@ class NvmlBackend:
             return self._failed(index, error_reason(exc), str(exc), errors)
         try:
             reader = DeviceReader(self, handle, ident.uuid, errors, index)
-            reader.prefetch_field_values(
-                s.source.field_id for s in specs if isinstance(s.source, NvmlFieldValue)
-            )
             reader.gpm = self._gpm_metrics(handle, (ident.uuid, None), specs, errors, index)
-            values: dict[str, FieldValue] = {}
-            for spec in specs:
-                value = reader.read(spec)
-                if value is not None:
-                    values[spec.name] = value
-            mig_enabled = self._mig_enabled(reader, handle, ident.uuid)
+            fast, slow = self._slow.split(specs)
+            refresh = self._slow.due(ident.uuid)
+            values = self._read(reader, fast)
+            slow_values = self._read(reader, slow) if refresh else dict(
+                self._slow.values(ident.uuid))
+            values.update(slow_values)
+            mig_enabled = self._mig_enabled(reader, handle, ident.uuid, refresh)
+            if refresh:
+                self._slow.store(ident.uuid, slow_values, mig_enabled)
             by_instance: InstanceProcesses = {}  # filled by the MIG handles, for attribution
             instances = (
                 self._safe_instances(handle, ident.uuid, specs, errors, index, by_instance)
@@ -167,6 +170,13 @@ class NvmlBackend:
         except GpuFailed as exc:
             return self._failed(index, exc.reason, str(exc), errors)
         return GpuSnapshot(ident, True, None, values, mig_enabled, instances, processes)
+
+    @staticmethod
+    def _read(reader: DeviceReader, specs: list[FieldSpec]) -> dict[str, FieldValue]:
+        """One batched field-value call for these specs, then each source once."""
+        reader.prefetch_field_values(
+            s.source.field_id for s in specs if isinstance(s.source, NvmlFieldValue))
+        return {spec.name: v for spec in specs if (v := reader.read(spec)) is not None}
 
     def _gpm_metrics(self, handle: Any, key: SampleKey, specs: list[FieldSpec],
                      errors: list[SampleError], index: int) -> dict[int, float]:
@@ -193,9 +203,15 @@ class NvmlBackend:
                 errors: list[SampleError]) -> GpuSnapshot:
         errors.append(SampleError(SOURCE, reason, index))
         ident = self._identities.get(index) or DeviceIdentity(index, "", "", "")
+        self._slow.forget(ident.uuid)  # read in full when it answers again
         return GpuSnapshot(ident, healthy=False, error=message)
 
-    def _mig_enabled(self, reader: DeviceReader, handle: Any, uuid: str) -> bool:
+    def _mig_enabled(self, reader: DeviceReader, handle: Any, uuid: str, refresh: bool) -> bool:
+        """On the slow cadence: changing MIG mode takes a GPU reset, which the pass sees as
+        a lost GPU (and a lost GPU is read in full when it returns)."""
+        cached = self._slow.mig_mode(uuid)
+        if not refresh and cached is not None:
+            return cached
         mode = reader.call("mig_mode", lambda: pynvml.nvmlDeviceGetMigMode(handle))
         enabled = bool(mode and mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
         if self._mig_modes.setdefault(uuid, enabled) != enabled:

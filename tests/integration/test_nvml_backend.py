@@ -4,6 +4,7 @@ The library is loaded once into this process (a soname can be loaded only once),
 per test through its environment variables and control functions.
 """
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,11 +21,12 @@ ALL = frozenset(IMPLEMENTED)
 MIB = 1 << 20
 UUID0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
 UUID1 = "GPU-fa4e0001-7953-256e-8f33-1343419b1a1c"
-def open_backend(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, **env: str) -> NvmlBackend:
+def open_backend(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, slow_interval: float = 30.0,
+                 **env: str) -> NvmlBackend:
     for key, value in env.items():
         monkeypatch.setenv(f"FAKE_NVML_{key.upper()}", value)
     fake.reset()
-    backend = NvmlBackend()
+    backend = NvmlBackend(slow_interval_seconds=slow_interval)
     backend.open()
     return backend
 
@@ -74,8 +76,15 @@ def test_identity_values_and_units(fake: FakeNvml, monkeypatch: pytest.MonkeyPat
     assert g1.processes == ()
     assert fake.calls("nvmlDeviceGetMemoryInfo_v2") == 2
     assert fake.calls("nvmlDeviceGetMemoryInfo") == 0
-    assert fake.calls("nvmlDeviceGetFieldValues") == 2, "one batched call per GPU"
     assert fake.calls("nvmlDeviceGetUtilizationRates") == 2, "GPU_UTIL and MEM_COPY share it"
+    # Per GPU one batched call for the fields read every pass and, when due, one for the
+    # slow counters (ECC, remapped rows).
+    assert fake.calls("nvmlDeviceGetFieldValues") == 4, "two batched calls per GPU"
+    energy = fake.calls("nvmlDeviceGetTotalEnergyConsumption")
+    sample(backend)
+    assert fake.calls("nvmlDeviceGetFieldValues") == 6, "the slow batch is not due again"
+    assert fake.calls("nvmlDeviceGetTotalEnergyConsumption") == energy
+    assert sample(backend).gpus[1].values[ecc] == 1, "repeated until refreshed"
     assert snap.errors == ()
 
 
@@ -238,7 +247,8 @@ def test_gpm_support_survives_a_gpu_lost_at_start(
 
 def test_mig_mode_change_asks_again_what_was_not_supported(
         fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
-    backend = open_backend(fake, monkeypatch, gpu_count="2", mig="1=1:9")
+    # The MIG mode read every pass (the default reads it on the slow cadence).
+    backend = open_backend(fake, monkeypatch, slow_interval=0, gpu_count="2", mig="1=1:9")
     backends.append(backend)
     fake.set_not_supported(1, "util", True)  # as NVML answers for a GPU in MIG mode
     assert "DCGM_FI_DEV_GPU_UTIL" not in sample(backend).gpus[1].values
@@ -247,6 +257,34 @@ def test_mig_mode_change_asks_again_what_was_not_supported(
     sample(backend)  # this pass sees the mode change
     gpu1 = sample(backend).gpus[1]
     assert not gpu1.mig_enabled and gpu1.values["DCGM_FI_DEV_GPU_UTIL"] == 20
+
+
+def test_slow_counters_refresh_on_their_cadence_and_never_go_backwards(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
+    """Energy, PCIe replay, ECC, remapped rows and the MIG mode: read once per slow interval,
+    repeated exactly in between, refreshed within the interval (issue 12)."""
+    backend = open_backend(fake, monkeypatch, slow_interval=0.3, gpu_count="1")
+    backends.append(backend)
+    energy = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+    seen = [sample(backend).gpus[0].values[energy]]
+    calls = fake.calls("nvmlDeviceGetTotalEnergyConsumption")
+    mig_calls = fake.calls("nvmlDeviceGetMigMode")
+    for _ in range(3):
+        seen.append(sample(backend).gpus[0].values[energy])
+    assert seen == [seen[0]] * 4, "repeated exactly between refreshes"
+    assert fake.calls("nvmlDeviceGetTotalEnergyConsumption") == calls
+    assert fake.calls("nvmlDeviceGetMigMode") == mig_calls
+    time.sleep(0.35)
+    refreshed = sample(backend).gpus[0].values[energy]
+    assert refreshed > seen[0], "refreshed once the interval passed, and monotonic"
+    assert fake.calls("nvmlDeviceGetTotalEnergyConsumption") == calls + 1
+    fake.set_lost(0)
+    assert not sample(backend).gpus[0].healthy
+    fake.set_lost(0, False)
+    before = fake.calls("nvmlDeviceGetTotalEnergyConsumption")
+    assert sample(backend).gpus[0].values[energy] >= refreshed
+    assert fake.calls("nvmlDeviceGetTotalEnergyConsumption") == before + 1, \
+        "a GPU that returns is read in full at once"
 
 
 async def test_driver_reload_reinitialises_nvml(fake: FakeNvml,

@@ -308,3 +308,12 @@ def test_dcgm_image_counters_path_falls_back_to_the_bundled_file(
     assert "dcp-metrics-included.csv" in caplog.text
     other = Path("/etc/custom/counters.csv")
     assert counters_path(other) == other, "other paths stay errors if missing"
+
+
+def test_slow_fields_interval() -> None:
+    assert parse_config([], {})[0].slow_fields_interval_ms == 30000
+    assert parse_config(["--slow-fields-interval", "0"], {})[0].slow_fields_interval_ms == 0
+    config, _ = parse_config([], {"GPU_ENRICHER_SLOW_FIELDS_INTERVAL": "120000"})
+    assert config.slow_fields_interval_ms == 120000
+    with pytest.raises(UsageError, match="slow-fields interval -5 ms is negative"):
+        parse_config(["--slow-fields-interval=-5"], {})

@@ -1,0 +1,92 @@
+"""The values gpu-enricher's flags take: one parser each, raising UsageError with a message
+that says what was expected. Pure: no environment, no I/O."""
+
+import re
+from typing import Final
+
+DEFAULT_ADDRESS: Final = ":9400"
+DEFAULT_INTERVAL_MS: Final = 5000
+MIN_INTERVAL_MS: Final = 100
+# Go's strconv.ParseBool spellings (dcgm-exporter's) plus yes/no/on/off; compared lowercased.
+TRUE_WORDS: Final = frozenset({"1", "t", "true", "yes", "on"})
+FALSE_WORDS: Final = frozenset({"0", "f", "false", "no", "off", ""})
+
+
+class UsageError(Exception):
+    pass
+
+
+class ArgumentsError(UsageError):
+    """The command line itself is wrong (unknown flag, missing value): usage follows."""
+
+
+def parse_address(text: str) -> tuple[str | None, int]:
+    """`:9400`, `0.0.0.0:9400`, `[::1]:9400`, `localhost:9400` → (host or None, port)."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"invalid address {text!r}: expected [HOST]:PORT, e.g. :9400")
+    host = host.strip("[]")
+    return (host or None), int(port_text)
+
+
+def parse_interval(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"invalid collect interval {text!r}: expected milliseconds") from None
+    if value < MIN_INTERVAL_MS:
+        raise UsageError(f"collect interval {value} ms is below the minimum {MIN_INTERVAL_MS} ms")
+    return value
+
+
+def parse_slow_interval(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"invalid slow-fields interval {text!r}: expected milliseconds") from None
+    if value < 0:
+        raise UsageError(f"slow-fields interval {value} ms is negative")
+    return value
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    raise UsageError(f"invalid boolean {text!r}: expected true or false")
+
+
+def parse_gpu_id_type(text: str) -> str:
+    if text not in ("uid", "device-name"):
+        raise UsageError(f"invalid kubernetes GPU id type {text!r}: expected uid or device-name")
+    return text
+
+
+def parse_names(text: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def parse_driver_names(text: str) -> frozenset[str]:
+    names = parse_names(text)
+    if not names:
+        raise UsageError("no DRA driver names: give at least one, e.g. gpu.nvidia.com")
+    return names
+
+
+def parse_regexes(text: str) -> tuple[str, ...]:
+    """dcgm-exporter's comma-separated allowlist; each must compile."""
+    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return patterns
+
+
+def parse_log_format(text: str) -> str:
+    if text not in ("text", "json"):
+        raise UsageError(f"invalid log format {text!r}: expected text or json")
+    return text
