@@ -167,6 +167,18 @@ class FakeNvml:
         lib.fake_nvml_total_calls.restype = ctypes.c_ulonglong
         lib.fake_nvml_init_refcount.argtypes = []
         lib.fake_nvml_init_refcount.restype = ctypes.c_uint
+        lib.fake_nvml_set_cost_profile.argtypes = [ctypes.c_char_p]
+        lib.fake_nvml_set_cost_profile.restype = ctypes.c_int
+        lib.fake_nvml_cost_profile.argtypes = []
+        lib.fake_nvml_cost_profile.restype = ctypes.c_char_p
+        lib.fake_nvml_cost_us.argtypes = [ctypes.c_char_p]
+        lib.fake_nvml_cost_us.restype = ctypes.c_uint
+        lib.fake_nvml_field_cost_us.argtypes = [ctypes.c_uint]
+        lib.fake_nvml_field_cost_us.restype = ctypes.c_uint
+        lib.fake_nvml_cpu_ns.argtypes = [ctypes.c_char_p]
+        lib.fake_nvml_cpu_ns.restype = ctypes.c_ulonglong
+        lib.fake_nvml_total_cpu_ns.argtypes = []
+        lib.fake_nvml_total_cpu_ns.restype = ctypes.c_ulonglong
         lib.fake_nvml_symbol_name.argtypes = [ctypes.c_uint]
         lib.fake_nvml_symbol_name.restype = ctypes.c_char_p
         lib.fake_nvml_key_name.argtypes = [ctypes.c_uint]
@@ -272,6 +284,46 @@ class FakeNvml:
     def total_calls(self) -> int:
         """How many NVML calls (all symbols) were made since the last reset."""
         return int(self.lib.fake_nvml_total_calls())
+
+    def set_cost_profile(self, profile: Literal["h100"] | None) -> None:
+        """Make every NVML call burn the CPU it costs on real hardware ("h100"), or
+        not (None); overrides FAKE_NVML_COST_PROFILE until the next reset()."""
+        raw = None if profile is None else profile.encode()
+        if self.lib.fake_nvml_set_cost_profile(raw) != 0:
+            err = self.lib.fake_nvml_last_error()
+            msg = err.decode() if isinstance(err, bytes) else "bad profile"
+            raise ValueError(f"fake_nvml: {msg}")
+
+    def cost_profile(self) -> str | None:
+        """The cost profile in effect, or None when off."""
+        raw = self.lib.fake_nvml_cost_profile()
+        return raw.decode() if isinstance(raw, bytes) and raw else None
+
+    def cost_us(self, symbol: str) -> int:
+        """Microseconds of CPU one call of ``symbol`` burns under the profile in effect
+        (0 when off); nvmlDeviceGetFieldValues: a batch without a costly field id."""
+        if symbol not in self.symbols:
+            raise ValueError(f"{symbol!r} is not an NVML symbol the fake implements")
+        return int(self.lib.fake_nvml_cost_us(symbol.encode()))
+
+    def field_cost_us(self, field_id: int) -> int:
+        """Microseconds a field id adds to a nvmlDeviceGetFieldValues batch (0: none)."""
+        return int(self.lib.fake_nvml_field_cost_us(field_id))
+
+    def cpu_ns(self, symbol: str) -> int:
+        """Thread CPU time spent inside calls of ``symbol`` while a cost profile was on,
+        since the last reset (nanoseconds)."""
+        if symbol not in self.symbols:
+            raise ValueError(f"{symbol!r} is not an NVML symbol the fake implements")
+        return int(self.lib.fake_nvml_cpu_ns(symbol.encode()))
+
+    def cpu_ns_by_symbol(self) -> dict[str, int]:
+        """cpu_ns() of every symbol with a non-zero count."""
+        return {s: n for s in sorted(self.symbols) if (n := self.cpu_ns(s))}
+
+    def total_cpu_ns(self) -> int:
+        """cpu_ns() summed over all symbols."""
+        return int(self.lib.fake_nvml_total_cpu_ns())
 
     def init_refcount(self) -> int:
         """nvmlInit* calls minus nvmlShutdown calls (0: not initialized)."""

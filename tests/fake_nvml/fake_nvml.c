@@ -383,6 +383,84 @@ static const char *const SYM_NAMES[SYM_COUNT] = {FAKE_NVML_SYMBOLS(SYM_STR)};
 #undef SYM_STR
 
 /* ------------------------------------------------------------------ */
+/* Cost profiles (FAKE_NVML_COST_PROFILE)                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The CPU a call burns (a busy-wait on the calling thread's CPU clock, outside
+ * g_lock) under a cost profile. "h100": the per-call figures measured on a real
+ * NVIDIA H100 80GB HBM3, driver 580.159.04, where wall time = CPU time (the
+ * driver spins; it does not sleep), from real-gpu-h100.md (the project's
+ * shared reference, /work/shared/reference/real-gpu-h100.md: "NVML per-call
+ * cost on the real driver" and "More calls"). Entries name symbols by string so that a symbol
+ * this library does not implement yet (ViolationStatus, PowerManagementLimit,
+ * GridLicensableFeatures) takes its cost as soon as it is added to
+ * FAKE_NVML_SYMBOLS. A symbol not listed costs default_device_us if it is a
+ * device query (nvmlDevice*, nvmlGpm*, nvmlGpuInstance*), else nothing.
+ */
+struct sym_cost {
+    const char *symbol;
+    unsigned us;
+};
+struct field_cost {
+    unsigned field_id;
+    unsigned us;
+};
+struct cost_profile {
+    const char *name;
+    const struct sym_cost *syms;
+    size_t n_syms;
+    unsigned default_device_us;
+    /* nvmlDeviceGetFieldValues: the sum of these for the ids in the batch
+     * (each counted once; batching does not hide them), or field_values_us
+     * when the batch holds none of them. */
+    const struct field_cost *fields;
+    size_t n_fields;
+    unsigned field_values_us;
+};
+
+static const struct sym_cost COST_H100_SYMS[] = {
+    {"nvmlDeviceGetTotalEnergyConsumption", 3900},   /* 3,860-4,005 */
+    {"nvmlGpmMetricsGet", 1300},                     /* 1,180-1,660 whatever the count */
+    {"nvmlDeviceGetViolationStatus", 700},           /* 685-707 per policy */
+    {"nvmlDeviceGetPowerManagementLimit", 180},      /* 180 */
+    {"nvmlDeviceGetGridLicensableFeatures_v4", 180}, /* 183 */
+    {"nvmlDeviceGetMigMode", 150},                   /* 138-186 */
+    {"nvmlDeviceGetPcieReplayCounter", 145},         /* 143-147 */
+    {"nvmlGpmSampleGet", 37},                        /* 37 */
+    {"nvmlGpmMigSampleGet", 37},
+    {"nvmlDeviceGetMemoryInfo", 10},                 /* 6-16 */
+    {"nvmlDeviceGetMemoryInfo_v2", 10},
+    {"nvmlDeviceGetName", 8},                        /* strings: 1.5-10 */
+    {"nvmlDeviceGetUUID", 8},
+    {"nvmlDeviceGetSerial", 8},
+    {"nvmlDeviceGetVbiosVersion", 8},
+    {"nvmlSystemGetDriverVersion", 8},
+    {"nvmlSystemGetNVMLVersion", 8},
+};
+static const struct field_cost COST_H100_FIELDS[] = {
+    {83, 3900}, /* NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: 3,820-4,600 batched */
+    {94, 145},  /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
+};
+
+static const struct cost_profile COST_PROFILES[] = {
+    {"h100", COST_H100_SYMS, sizeof COST_H100_SYMS / sizeof COST_H100_SYMS[0],
+     5, /* every other device call: 1-12 */
+     COST_H100_FIELDS, sizeof COST_H100_FIELDS / sizeof COST_H100_FIELDS[0],
+     10 /* FieldValues[3,4,5,6] (ECC totals), [82,142,...] */},
+};
+#define N_COST_PROFILES (sizeof COST_PROFILES / sizeof COST_PROFILES[0])
+
+static const struct cost_profile *cost_profile_by_name(const char *s, size_t len)
+{
+    for (size_t k = 0; k < N_COST_PROFILES; k++)
+        if (strlen(COST_PROFILES[k].name) == len &&
+            strncasecmp(COST_PROFILES[k].name, s, len) == 0)
+            return &COST_PROFILES[k];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
 /* State (all guarded by g_lock)                                       */
 /* ------------------------------------------------------------------ */
 
@@ -427,6 +505,7 @@ struct config {
     char driver_version[80];
     int init_error;
     unsigned long delay_us;
+    const struct cost_profile *cost; /* FAKE_NVML_COST_PROFILE; NULL: off */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -451,6 +530,15 @@ static unsigned long long g_pu_clock;               /* last sample base stamp */
 
 static unsigned long long g_calls[SYM_COUNT];
 static unsigned long long g_total_calls;
+
+/* Cost profile: the override set by fake_nvml_set_cost_profile (cleared by
+ * reset), the effective per-symbol cost, and the thread CPU spent in calls
+ * while a profile is on, per symbol. */
+static int g_cost_ovr_set;
+static const struct cost_profile *g_cost_ovr;
+static const struct cost_profile *g_cost; /* effective; NULL: off */
+static unsigned g_sym_cost_us[SYM_COUNT];
+static unsigned long long g_cpu_ns[SYM_COUNT];
 static unsigned long long g_energy_reads[MAX_GPUS];
 
 /* Handle targets. */
@@ -801,6 +889,21 @@ static int load_env(void)
         bad = 1;
     c.delay_us = v;
 
+    s = getenv("FAKE_NVML_COST_PROFILE");
+    if (s) {
+        const char *b = skip_ws(s), *e = b + strlen(b);
+        while (e > b && isspace((unsigned char)e[-1]))
+            e--;
+        if (e > b) {
+            c.cost = cost_profile_by_name(b, (size_t)(e - b));
+            if (!c.cost) {
+                set_error("bad %s=%s (known: h100, or empty for off)",
+                          "FAKE_NVML_COST_PROFILE", s);
+                bad = 1;
+            }
+        }
+    }
+
     s = getenv("FAKE_NVML_INIT_ERROR");
     if (s && *skip_ws(s)) {
         char *end;
@@ -958,22 +1061,106 @@ static void sleep_us(unsigned long us)
     }
 }
 
-/* Count the call, apply the device delay, take the lock. */
-static void enter(enum sym s, int device_query)
+static unsigned long long thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull +
+           (unsigned long long)ts.tv_nsec;
+}
+
+/* Busy-wait until this thread has used `us` more microseconds of CPU: like the
+ * real driver, the cost is CPU, not a sleep (and not counted while preempted). */
+static void burn_us(unsigned us)
+{
+    unsigned long long until = thread_cpu_ns() + 1000ull * us;
+    while (thread_cpu_ns() < until) {
+    }
+}
+
+/* Make the cost profile `p` (NULL: off) effective (g_lock held). */
+static void apply_cost_profile(const struct cost_profile *p)
+{
+    g_cost = p;
+    memset(g_sym_cost_us, 0, sizeof g_sym_cost_us);
+    if (!p)
+        return;
+    for (int s = 0; s < SYM_COUNT; s++) {
+        const char *n = SYM_NAMES[s];
+        if (strncmp(n, "nvmlDevice", 10) == 0 || strncmp(n, "nvmlGpm", 7) == 0 ||
+            strncmp(n, "nvmlGpuInstance", 15) == 0)
+            g_sym_cost_us[s] = p->default_device_us;
+        for (size_t k = 0; k < p->n_syms; k++)
+            if (strcmp(p->syms[k].symbol, n) == 0)
+                g_sym_cost_us[s] = p->syms[k].us;
+    }
+}
+
+static void refresh_cost_profile(void)
+{
+    apply_cost_profile(g_cost_ovr_set ? g_cost_ovr : g_env.cost);
+}
+
+/* nvmlDeviceGetFieldValues's cost for this batch (g_lock held, profile on). */
+static unsigned field_values_cost_us(const nvmlFieldValue_t *values, int n)
+{
+    unsigned us = 0;
+    for (size_t k = 0; k < g_cost->n_fields; k++) {
+        for (int j = 0; values && j < n; j++) {
+            if (values[j].fieldId == g_cost->fields[k].field_id) {
+                us += g_cost->fields[k].us;
+                break;
+            }
+        }
+    }
+    return us ? us : g_cost->field_values_us;
+}
+
+/* The call in progress on this thread, for the per-symbol CPU counters. */
+static __thread int t_sym = -1;
+static __thread unsigned long long t_cpu0;
+
+/*
+ * Count the call, apply the device delay and the cost profile's busy-wait
+ * (both with g_lock released, so threads do not serialise on them), take the
+ * lock. `fv`/`n_fv`: the batch of nvmlDeviceGetFieldValues, else NULL/0.
+ */
+static void enter_fv(enum sym s, int device_query, const nvmlFieldValue_t *fv,
+                     int n_fv)
 {
     pthread_mutex_lock(&g_lock);
     g_calls[s]++;
     g_total_calls++;
     unsigned long delay = device_query ? g_env.delay_us : 0;
-    if (delay) {
+    unsigned cost = 0;
+    t_sym = -1;
+    if (g_cost) {
+        t_sym = (int)s;
+        t_cpu0 = thread_cpu_ns();
+        cost = s == SYM_nvmlDeviceGetFieldValues ? field_values_cost_us(fv, n_fv)
+                                                 : g_sym_cost_us[s];
+    }
+    if (delay || cost) {
         pthread_mutex_unlock(&g_lock);
-        sleep_us(delay);
+        if (delay)
+            sleep_us(delay);
+        if (cost)
+            burn_us(cost);
         pthread_mutex_lock(&g_lock);
     }
 }
 
+static void enter(enum sym s, int device_query)
+{
+    enter_fv(s, device_query, NULL, 0);
+}
+
 static nvmlReturn_t leave(nvmlReturn_t rc)
 {
+    if (t_sym >= 0) {
+        g_cpu_ns[t_sym] += thread_cpu_ns() - t_cpu0;
+        t_sym = -1;
+    }
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
@@ -1030,10 +1217,11 @@ static nvmlReturn_t resolve(nvmlDevice_t h, struct dev_ref *r)
 }
 
 /* Enter a call on a device handle; the lock is held on return. */
-static nvmlReturn_t begin_dev(enum sym s, nvmlDevice_t h, struct dev_ref *r,
-                              enum handle_use use, int key)
+static nvmlReturn_t begin_dev_fv(enum sym s, nvmlDevice_t h, struct dev_ref *r,
+                                 enum handle_use use, int key,
+                                 const nvmlFieldValue_t *fv, int n_fv)
 {
-    enter(s, 1);
+    enter_fv(s, 1, fv, n_fv);
     if (!g_refcount)
         return NVML_ERROR_UNINITIALIZED;
     nvmlReturn_t rc = resolve(h, r);
@@ -1044,6 +1232,12 @@ static nvmlReturn_t begin_dev(enum sym s, nvmlDevice_t h, struct dev_ref *r,
     if (key_not_supported(r->gpu, key))
         return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;
+}
+
+static nvmlReturn_t begin_dev(enum sym s, nvmlDevice_t h, struct dev_ref *r,
+                              enum handle_use use, int key)
+{
+    return begin_dev_fv(s, h, r, use, key, NULL, 0);
 }
 
 static nvmlReturn_t copy_str(char *buf, unsigned len, const char *s)
@@ -1065,7 +1259,9 @@ static nvmlReturn_t do_init(void)
 {
     if (g_refcount == 0 || !g_env_loaded) {
         g_last_error[0] = '\0';
-        if (load_env() != 0)
+        int bad = load_env();
+        refresh_cost_profile();
+        if (bad != 0)
             return NVML_ERROR_UNKNOWN;
     }
     if (g_env.init_error)
@@ -1099,7 +1295,7 @@ nvmlReturn_t nvmlShutdown(void)
 const char *nvmlErrorString(nvmlReturn_t result)
 {
     enter(SYM_nvmlErrorString, 0);
-    pthread_mutex_unlock(&g_lock);
+    leave(NVML_SUCCESS);
     switch (result) {
     case 0: return "Success";
     case 1: return "Uninitialized";
@@ -1595,8 +1791,8 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                       nvmlFieldValue_t *values)
 {
     struct dev_ref r;
-    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetFieldValues, device, &r,
-                                PHYS_ONLY, KEY_NONE);
+    nvmlReturn_t rc = begin_dev_fv(SYM_nvmlDeviceGetFieldValues, device, &r,
+                                   PHYS_ONLY, KEY_NONE, values, valuesCount);
     if (rc != NVML_SUCCESS)
         return leave(rc);
     if (!values || valuesCount <= 0)
@@ -2205,7 +2401,11 @@ void fake_nvml_reset(void)
     g_last_error[0] = '\0';
     load_env();
     memset(g_calls, 0, sizeof g_calls);
+    memset(g_cpu_ns, 0, sizeof g_cpu_ns);
     g_total_calls = 0;
+    g_cost_ovr_set = 0;
+    g_cost_ovr = NULL;
+    refresh_cost_profile();
     memset(g_energy_reads, 0, sizeof g_energy_reads);
     for (unsigned g = 0; g < MAX_GPUS; g++)
         g_lost_ovr[g] = -1;
@@ -2327,6 +2527,85 @@ unsigned long long fake_nvml_calls(const char *symbol)
     for (int s = 0; symbol && s < SYM_COUNT; s++)
         if (strcmp(SYM_NAMES[s], symbol) == 0)
             n = g_calls[s];
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+/* Turn the cost profile `name` on ("h100"), or off (NULL or ""), overriding
+ * FAKE_NVML_COST_PROFILE until the next reset. 0, or -1 with last_error. */
+int fake_nvml_set_cost_profile(const char *name)
+{
+    int rc = 0;
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    const struct cost_profile *p = NULL;
+    if (name && *name && !(p = cost_profile_by_name(name, strlen(name)))) {
+        set_error("set_cost_profile: unknown profile '%s' (known: h100)", name);
+        rc = -1;
+    } else {
+        g_cost_ovr_set = 1;
+        g_cost_ovr = p;
+        refresh_cost_profile();
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The effective cost profile's name, or "" when off. */
+const char *fake_nvml_cost_profile(void)
+{
+    pthread_mutex_lock(&g_lock);
+    const char *n = g_cost ? g_cost->name : "";
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+/* Microseconds a call of `symbol` burns under the effective profile (0 when
+ * off or unknown; nvmlDeviceGetFieldValues: for a batch without a costly id). */
+unsigned fake_nvml_cost_us(const char *symbol)
+{
+    unsigned us = 0;
+    pthread_mutex_lock(&g_lock);
+    for (int s = 0; g_cost && symbol && s < SYM_COUNT; s++)
+        if (strcmp(SYM_NAMES[s], symbol) == 0)
+            us = s == SYM_nvmlDeviceGetFieldValues ? g_cost->field_values_us
+                                                    : g_sym_cost_us[s];
+    pthread_mutex_unlock(&g_lock);
+    return us;
+}
+
+/* Microseconds field `field_id` adds to a nvmlDeviceGetFieldValues batch
+ * under the effective profile (0: none beyond the call's own cost). */
+unsigned fake_nvml_field_cost_us(unsigned field_id)
+{
+    unsigned us = 0;
+    pthread_mutex_lock(&g_lock);
+    for (size_t k = 0; g_cost && k < g_cost->n_fields; k++)
+        if (g_cost->fields[k].field_id == field_id)
+            us = g_cost->fields[k].us;
+    pthread_mutex_unlock(&g_lock);
+    return us;
+}
+
+/* Thread CPU time (ns) spent inside calls of `symbol` while a cost profile
+ * was on, since the last reset. */
+unsigned long long fake_nvml_cpu_ns(const char *symbol)
+{
+    unsigned long long n = 0;
+    pthread_mutex_lock(&g_lock);
+    for (int s = 0; symbol && s < SYM_COUNT; s++)
+        if (strcmp(SYM_NAMES[s], symbol) == 0)
+            n = g_cpu_ns[s];
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+unsigned long long fake_nvml_total_cpu_ns(void)
+{
+    unsigned long long n = 0;
+    pthread_mutex_lock(&g_lock);
+    for (int s = 0; s < SYM_COUNT; s++)
+        n += g_cpu_ns[s];
     pthread_mutex_unlock(&g_lock);
     return n;
 }

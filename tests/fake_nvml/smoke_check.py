@@ -844,6 +844,126 @@ def check_delay_and_threads(fake: FakeNvml) -> None:
     pynvml.nvmlShutdown()
 
 
+def thread_cpu_ms(fn: Callable[[], object]) -> float:
+    t0 = time.thread_time()
+    fn()
+    return (time.thread_time() - t0) * 1e3
+
+
+def check_cost_profile(fake: FakeNvml) -> None:
+    section("FAKE_NVML_COST_PROFILE (CPU burnt per call, real-gpu-h100.md)")
+    set_env(GPM="0")
+    fake.reset()
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+    def energy() -> object:
+        return pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+
+    def temp() -> object:
+        return pynvml.nvmlDeviceGetTemperature(h, 0)
+
+    expect("profile off by default", fake.cost_profile(), None)
+    expect("off: energy < 1 ms thread CPU", thread_cpu_ms(energy) < 1.0, True)
+    expect("off: temperature < 1 ms thread CPU", thread_cpu_ms(temp) < 1.0, True)
+    expect("off: cost_us(energy)", fake.cost_us("nvmlDeviceGetTotalEnergyConsumption"), 0)
+    expect("off: nothing counted in cpu_ns", fake.total_cpu_ns(), 0)
+
+    set_env(GPM="0", COST_PROFILE="h100")
+    fake.reset()
+    expect("FAKE_NVML_COST_PROFILE=h100", fake.cost_profile(), "h100")
+    ms = thread_cpu_ms(energy)
+    show("on: energy thread CPU ms", f"{ms:.3f}")
+    expect("on: energy >= 3 ms thread CPU", ms >= 3.0, True)
+    ms = thread_cpu_ms(temp)
+    show("on: temperature thread CPU ms", f"{ms:.3f}")
+    expect("on: temperature < 1 ms thread CPU", ms < 1.0, True)
+    expect("on: cpu_ns(energy) >= 3.9 ms",
+           fake.cpu_ns("nvmlDeviceGetTotalEnergyConsumption") >= 3_900_000, True)
+    expect("on: cpu_ns(temperature) >= 5 us",
+           fake.cpu_ns("nvmlDeviceGetTemperature") >= 5_000, True)
+    expect("on: cost table",
+           [fake.cost_us(s) for s in ("nvmlDeviceGetTotalEnergyConsumption",
+                                      "nvmlGpmMetricsGet", "nvmlDeviceGetMigMode",
+                                      "nvmlDeviceGetPcieReplayCounter", "nvmlGpmSampleGet",
+                                      "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUUID",
+                                      "nvmlDeviceGetTemperature", "nvmlDeviceGetFieldValues",
+                                      "nvmlInit_v2")],
+           [3900, 1300, 150, 145, 37, 10, 8, 5, 10, 0])
+    expect("on: field costs 83, 94, 3",
+           [fake.field_cost_us(f) for f in (83, 94, 3)], [3900, 145, 0])
+    ms = thread_cpu_ms(lambda: pynvml.nvmlDeviceGetFieldValues(h, [82, 83, 94]))
+    show("on: FieldValues[82,83,94] thread CPU ms", f"{ms:.3f}")
+    expect("on: FieldValues with 83 >= 3 ms (batching does not hide it)", ms >= 3.0, True)
+    ms = thread_cpu_ms(lambda: pynvml.nvmlDeviceGetFieldValues(h, [3, 4, 5, 6]))
+    expect("on: FieldValues[3,4,5,6] < 1 ms", ms < 1.0, True)
+    s1, s2 = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+    pynvml.nvmlGpmSampleGet(h, s1)
+    pynvml.nvmlGpmSampleGet(h, s2)
+    ms = thread_cpu_ms(lambda: pynvml.nvmlGpmMetricsGet(_gpm_request(s1, s2, [1, 2])))
+    show("on: GpmMetricsGet thread CPU ms", f"{ms:.3f}")
+    expect("on: GpmMetricsGet >= 1 ms", ms >= 1.0, True)
+    pynvml.nvmlGpmSampleFree(s1)
+    pynvml.nvmlGpmSampleFree(s2)
+
+    # The busy-wait runs outside the library's lock: control calls do not wait for it.
+    stop = threading.Event()
+
+    def burner() -> None:
+        while not stop.is_set():
+            energy()
+
+    thread = threading.Thread(target=burner)
+    thread.start()
+    time.sleep(0.01)
+    waits = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        fake.total_calls()
+        waits.append(time.perf_counter() - t0)
+        time.sleep(0.001)
+    stop.set()
+    thread.join()
+    waits.sort()
+    show("control call during energy calls, median ms", f"{waits[25] * 1e3:.3f}")
+    expect("control call not held up by the busy-wait (median < 1 ms)", waits[25] < 1e-3, True)
+
+    fake.set_cost_profile(None)
+    expect("set_cost_profile(None)", fake.cost_profile(), None)
+    expect("  energy fast again", thread_cpu_ms(energy) < 1.0, True)
+    fake.set_cost_profile("h100")
+    expect("set_cost_profile('h100')", fake.cost_profile(), "h100")
+    expect("  energy >= 3 ms again", thread_cpu_ms(energy) >= 3.0, True)
+    pynvml.nvmlShutdown()
+    pynvml.nvmlInit()
+    expect("  the override survives nvmlInit", fake.cost_profile(), "h100")
+    pynvml.nvmlShutdown()
+    expect_error("set_cost_profile('a100')", ValueError,
+                 lambda: fake.set_cost_profile("a100"))  # type: ignore[arg-type]
+    set_env()
+    fake.reset()
+    expect("reset() drops the override", fake.cost_profile(), None)
+    expect("reset() zeroes cpu_ns", fake.total_cpu_ns(), 0)
+    set_env(COST_PROFILE="h200")
+    expect_error("reset() with FAKE_NVML_COST_PROFILE=h200", ValueError, fake.reset)
+    set_env(COST_PROFILE="")
+    fake.reset()
+    expect("FAKE_NVML_COST_PROFILE= (empty): off", fake.cost_profile(), None)
+    set_env()
+    fake.reset()
+
+
+def _gpm_request(s1: Any, s2: Any, ids: list[int]) -> Any:
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(ids)
+    request.sample1 = s1
+    request.sample2 = s2
+    for slot, metric_id in enumerate(ids):
+        request.metrics[slot].metricId = metric_id
+    return request
+
+
 SUBPROCESS_SCRIPT = textwrap.dedent(
     """
     import pynvml
@@ -937,6 +1057,7 @@ def main() -> int:
         check_processes(fake)
         check_init_and_errors(fake)
         check_delay_and_threads(fake)
+        check_cost_profile(fake)
         check_subprocess(lib_dir)
     print()
     if FAILURES:
