@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .proc_source import ProcessSource
     from .sim_cluster import SimulatedCluster
     from .sources import Source
+    from .xid import XidSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,9 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
                    api_url: Callable[[], str] | None = None) -> Collector:
     """The collector with every source the configuration asks for."""
     logs, processes = make_process_sources(config)
+    backend = backend if backend is not None else make_backend(config)
     return Collector(
-        backend if backend is not None else make_backend(config),
+        backend,
         CollectorOptions(
             interval_seconds=config.interval_seconds,
             hostname=config.hostname,
@@ -87,12 +89,15 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
             pod_policy=PodLabelPolicy(config.pod_labels, config.pod_uid,
                                       config.pod_label_allowlist),
             dra_drivers=config.dra_drivers if config.reads_slices else frozenset(),
+            xid_window_ms=config.xid_window_ms,
+            clock_events_window_ms=config.clock_events_window_ms,
         ),
         assignments=assignments,
         pods=make_pod_source(config, api_url),
         logs=logs,
         processes=processes,
         slices=make_slice_source(config, api_url),
+        xids=make_xid_source(config, backend),
     )
 
 
@@ -161,6 +166,19 @@ def make_slice_source(config: Config,
     if api_url is None:
         return ResourceSliceSource(options)
     return ResourceSliceSource(options, plan=lambda: plan_from_environment(api_url(), None))
+
+
+def make_xid_source(config: Config, backend: GpuBackend) -> "Source[XidSnapshot]":
+    """XID events: NVML's event thread, or the simulated node's scripted XIDs."""
+    from .simulated import SimulatedBackend
+
+    if isinstance(backend, SimulatedBackend):
+        from .sim_xids import SimulatedXids
+
+        return SimulatedXids(backend.scenario)
+    from .nvml_events import XidSource
+
+    return XidSource(window_seconds=config.xid_window_ms / 1000)
 
 
 def make_process_sources(config: Config) -> "tuple[LogNameSource | None, ProcessSource | None]":

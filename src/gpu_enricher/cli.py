@@ -34,13 +34,16 @@ from .flag_values import (
     parse_bool,
     parse_driver_names,
     parse_gpu_id_type,
+    parse_hostname_label_name,
     parse_interval,
     parse_log_format,
     parse_names,
     parse_regexes,
     parse_slow_interval,
+    parse_window,
 )
 from .flags import SHORT_USAGE, build_parser, compat_flags, env_names, go_style_flags
+from .names import LABEL_HOSTNAME, Hostname
 
 log = logging.getLogger("gpu_enricher")
 
@@ -100,7 +103,9 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
 
     host, port = get("address", parse_address, (None, 9400))
     no_hostname = switch("no-hostname")
-    hostname = None if no_hostname else (env.get("NODE_NAME") or socket.gethostname())
+    hostname_label = get("hostname-label-name", parse_hostname_label_name, LABEL_HOSTNAME)
+    hostname = (None if no_hostname
+                else Hostname(env.get("NODE_NAME") or socket.gethostname(), hostname_label))
     simulate, _ = _value(args, "simulate", env)
     if simulate is not None and simulate.strip().lower() in TRUE_WORDS:  # ..._SIMULATE=true
         simulate = BUILTIN_SCENARIO
@@ -118,6 +123,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         collectors=get("collectors", Path, default_counters_path()),
         collect_interval_ms=get("collect-interval", parse_interval, DEFAULT_INTERVAL_MS),
         slow_fields_interval_ms=get("slow-fields-interval", parse_slow_interval, 30000),
+        xid_window_ms=get("xid-count-window-size", parse_window, 300000),
+        clock_events_window_ms=get("clock-events-count-window-size", parse_window, 300000),
         hostname=hostname,
         log_format=get("log-format", parse_log_format, "text"),
         debug=switch("debug"),

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .backend import BackendUnavailable, GpuBackend
+from .clock_events import ClockEventSource
 from .counters import CounterLine, CounterPlan, plan_counters
 from .cycle import CycleInputs, CycleOutputs, JoinOptions, compose
 from .model import (
@@ -28,10 +29,11 @@ from .model import (
 from .news import Unmatched, report_gpu_changes
 from .ownmetrics import OwnMetrics
 from .podlabels import NO_POLICY, PodLabelPolicy
-from .query import Document, encode
+from .query import Document
 from .render import Exposition
 from .selfmetrics import allocation_family, claim_family, self_families
 from .sources import Source, SourceSet
+from .xid import DEFAULT_WINDOW_MS, XidSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +55,13 @@ class CollectorOptions:
     process_metrics: bool = False
     pod_policy: PodLabelPolicy = NO_POLICY
     dra_drivers: frozenset[str] = frozenset()
+    xid_window_ms: int = DEFAULT_WINDOW_MS
+    clock_events_window_ms: int = DEFAULT_WINDOW_MS
 
     def join(self) -> JoinOptions:
         return JoinOptions(self.hostname, self.virtual_gpus, self.extra_resources,
-                           self.process_metrics, self.pod_policy, self.dra_drivers)
+                           self.process_metrics, self.pod_policy, self.dra_drivers,
+                           self.xid_window_ms, self.clock_events_window_ms)
 
 
 class Collector:
@@ -70,6 +75,7 @@ class Collector:
         logs: Source[PodDirectory] | None = None,
         processes: Source[ProcessTable] | None = None,
         slices: Source[SliceDirectory] | None = None,
+        xids: Source[XidSnapshot] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -78,9 +84,13 @@ class Collector:
         self.logs = logs
         self.processes = processes
         self.slices = slices
+        self.xids = xids
+        # Clock-event counts come from the passes themselves: always kept (cheap, no I/O).
+        self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
         # A source's refresh may take most of a pass, never more (the kubelet's own deadline
         # is shorter); a stuck one is abandoned and counted.
-        self._sources = SourceSet((assignments, pods, logs, processes, slices),
+        self._sources = SourceSet((assignments, pods, logs, processes, slices, xids,
+                                   self.clock_events),
                                   max(1.0, options.interval_seconds))
         self.sources = self._sources.all
         self.options = options
@@ -104,7 +114,6 @@ class Collector:
         self._own = OwnMetrics()
         self.document: Document = {}
         """The query API's view of the last pass (/api/v1/gpus)."""
-        self._document_bytes: tuple[int, bytes] | None = None
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
@@ -122,14 +131,6 @@ class Collector:
         health.update(self._sources.health())
         return health
 
-    def document_bytes(self) -> bytes:
-        """The unfiltered document, encoded once per pass however many ask for it."""
-        cached = self._document_bytes
-        if cached is None or cached[0] != id(self.document):
-            cached = (id(self.document), encode(self.document))
-            self._document_bytes = cached
-        return cached[1]
-
     def _inputs(self) -> CycleInputs:
         return CycleInputs(
             self.snapshot, self.plan,
@@ -138,7 +139,9 @@ class Collector:
             self.logs.snapshot() if self.logs is not None else None,
             self.processes.snapshot() if self.processes is not None else None,
             self._last_success,
-            self.slices.snapshot() if self.slices is not None else None)
+            self.slices.snapshot() if self.slices is not None else None,
+            self.xids.snapshot() if self.xids is not None else None,
+            self.clock_events.snapshot(), time.monotonic())
 
     def _render(self) -> Exposition:
         """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
@@ -218,7 +221,8 @@ class Collector:
         """One pass: NVML on its thread and the concurrent sources (the kubelet's `List`)
         together, then the sources that need the new GPU snapshot (/proc), one render."""
         assert self.plan is not None
-        fields = self.plan.sampled_fields
+        fields = self.plan.sampled_fields | self.clock_events.sampled_fields(
+            m.field for m in self.plan.metrics)
         started = time.perf_counter()
         concurrent = [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
                       for s in self.sources if not s.after_gpus]

@@ -16,7 +16,7 @@ class Config:
     port: int
     collectors: Path
     collect_interval_ms: int
-    hostname: str | None  # None with --no-hostname
+    hostname: str | None  # None with --no-hostname; a names.Hostname carries the label's name
     log_format: str = "text"
     debug: bool = False
     simulate: str | None = None  # None: real NVML; BUILTIN_SCENARIO or a YAML path
@@ -34,6 +34,8 @@ class Config:
     kubeconfig: Path | None = None  # else in-cluster, else $KUBECONFIG
     kubernetes_api: bool = True  # False: never call the API server (no RBAC granted)
     slow_fields_interval_ms: int = 30000  # costly cumulative counters and the MIG mode
+    xid_window_ms: int = 300000  # DCGM_EXP_XID_ERRORS_COUNT's window (dcgm-exporter's -x)
+    clock_events_window_ms: int = 300000  # DCGM_EXP_CLOCK_EVENTS_COUNT's window
     dra: bool = False  # --kubernetes-enable-dra: devices held through ResourceClaims
     dra_drivers: frozenset[str] = frozenset({"gpu.nvidia.com"})
     node_name: str = ""  # this node, for the Kubernetes API's field selector

@@ -2,16 +2,22 @@
 
 Syntax (dcgm-compat.md): `FIELD, type, help` per line, real CSV quoting, `#` comment lines,
 blank lines. Parsing is pure: `parse_counters(text, path)`; only `load_counters` reads a file.
+
+A line names its series, as in dcgm-exporter: `FIELD` is the family name exported, whichever
+of a field's spellings it is (DCGM 4.6's name, its deprecated alias, or a DCGM 1.x legacy name
+such as `dcgm_sm_clock`), and the value is that DCGM field's (`value_field`).
 """
 
 import csv
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Final
 
-from .dcgm_catalog import is_known_field
+from .dcgm_catalog import DCGM_FIELD_IDS, is_known_field
 from .fields import IMPLEMENTED, ValueFormat
+from .legacy_names import LEGACY_FIELDS
 
 PROM_TYPES: Final = ("gauge", "counter", "histogram", "summary", "label")
 
@@ -35,9 +41,10 @@ class CounterLine:
 
 @dataclass(frozen=True, slots=True)
 class MetricField:
-    name: str
+    name: str  # the family name: the counters line's FIELD as written
     prom_type: str
     help: str
+    field: str  # the implemented field whose value it carries (`value_field(name)`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,37 @@ class CounterPlan:
 
     @property
     def sampled_fields(self) -> frozenset[str]:
-        return frozenset(m.name for m in self.metrics) | frozenset(self.label_fields)
+        return frozenset(m.field for m in self.metrics) | frozenset(self.label_fields)
+
+
+def _implemented_by_id() -> Mapping[int, str]:
+    by_id: dict[int, str] = {}
+    for name in IMPLEMENTED:
+        field_id = DCGM_FIELD_IDS.get(name)
+        if field_id is not None:
+            by_id.setdefault(field_id, name)
+    return MappingProxyType(by_id)
+
+
+_IMPLEMENTED_BY_ID: Final = _implemented_by_id()
+
+
+def value_field(name: str) -> str | None:
+    """The implemented field whose value a counters line naming `name` exports: the field
+    itself; the field a DCGM 1.x legacy name stands for; or the implemented spelling of the same
+    DCGM field id (DCGM 4.6 renamed many fields and keeps the old names as aliases, and
+    dcgm-exporter resolves either to the id). None when no spelling of it is implemented."""
+    field = LEGACY_FIELDS.get(name, name)
+    if field in IMPLEMENTED:
+        return field
+    field_id = DCGM_FIELD_IDS.get(field)
+    return None if field_id is None else _IMPLEMENTED_BY_ID.get(field_id)
+
+
+def _named(name: str) -> str:
+    """A line's FIELD for a message; a legacy name says which field it stands for."""
+    legacy = LEGACY_FIELDS.get(name)
+    return name if legacy is None else f"{name} (DCGM 1.x name of {legacy})"
 
 
 def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
@@ -79,10 +116,10 @@ def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
                 f"{where}: unknown metric type {cells[1]!r} for {field} "
                 f"(expected one of: {', '.join(PROM_TYPES)})"
             )
-        if not is_known_field(field):
+        if not is_known_field(field) and field not in LEGACY_FIELDS:
             raise CountersFileError(
                 f"{where}: unknown field {field!r}: not a DCGM_FI_* or DCGM_EXP_* field "
-                "that dcgm-exporter knows"
+                "nor a DCGM 1.x name (dcgm_sm_clock, …) that dcgm-exporter knows"
             )
         lines.append(CounterLine(field, prom_type, help_text, path, line_no))
     if not lines:
@@ -113,31 +150,37 @@ def plan_counters(
     labels: set[str] = set()
     seen: dict[str, str] = {}
     for line in lines:
-        spec = IMPLEMENTED.get(line.field)
+        field = value_field(line.field)
+        named = _named(line.field)
         if line.field in seen:
             warnings.append(
                 f"{line.where}: {line.field} already listed at {seen[line.field]}; skipped"
             )
             continue
-        if spec is None:
+        if field is None:
             warnings.append(
-                f"{line.where}: {line.field} is a dcgm-exporter field that gpu-enricher does "
+                f"{line.where}: {named} is a dcgm-exporter field that gpu-enricher does "
                 "not implement yet; skipped"
             )
-        elif line.field not in deliverable:
+        elif field not in deliverable:
             warnings.append(
-                f"{line.where}: {line.field} cannot be delivered by the {backend_name} backend "
+                f"{line.where}: {named} cannot be delivered by the {backend_name} backend "
                 "on this host; skipped"
+            )
+        elif line.prom_type == "label" and field != line.field:
+            # A label is named after its field's value key; other spellings are for series.
+            warnings.append(
+                f"{line.where}: {named} as a 'label' field must be spelled {field}; skipped"
             )
         elif line.prom_type == "label":
             labels.add(line.field)
             seen[line.field] = line.where
-        elif spec.fmt is ValueFormat.TEXT:
+        elif IMPLEMENTED[field].fmt is ValueFormat.TEXT:
             warnings.append(
-                f"{line.where}: {line.field} is text and can only be a 'label' field, "
+                f"{line.where}: {named} is text and can only be a 'label' field, "
                 f"not {line.prom_type!r}; skipped"
             )
         else:
-            metrics.append(MetricField(line.field, line.prom_type, line.help))
+            metrics.append(MetricField(line.field, line.prom_type, line.help, field))
             seen[line.field] = line.where
     return CounterPlan(tuple(metrics), tuple(sorted(labels))), tuple(warnings)

@@ -7,11 +7,21 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from .claims import ClaimHolders, claim_holders, merged
+from .clock_events import ClockEventCounts
 from .counters import CounterPlan
 from .devices import EMPTY_ATTRIBUTION, Attribution, attribute
-from .join import PodContext, dcgm_families
+from .event_families import (
+    PLAIN,
+    EventFamilyOptions,
+    SeriesCopy,
+    event_families,
+    own_xid_counter_family,
+)
+from .join import PodContext, dcgm_families, holder_pairs, holdings
 from .model import (
     AssignmentSnapshot,
+    GpuInstance,
+    GpuSnapshot,
     NodeSnapshot,
     PodAssignment,
     PodDirectory,
@@ -30,6 +40,7 @@ from .workloads import (
     live_holders,
     per_pod,
 )
+from .xid import DEFAULT_WINDOW_MS, EMPTY_XIDS, XidSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +52,8 @@ class JoinOptions:
     pod_policy: PodLabelPolicy = NO_POLICY
     dra_drivers: frozenset[str] = frozenset()
     """DRA drivers whose claims attribute devices (`--kubernetes-enable-dra`); empty: off."""
+    xid_window_ms: int = DEFAULT_WINDOW_MS
+    clock_events_window_ms: int = DEFAULT_WINDOW_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +66,10 @@ class CycleInputs:
     processes: ProcessTable | None = None
     collected_at: float | None = None
     slices: SliceDirectory | None = None
+    xids: XidSnapshot | None = None
+    clock_events: ClockEventCounts | None = None
+    now: float = 0.0
+    """Monotonic seconds, the clock of the event windows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +138,31 @@ def _proc_usable(inputs: CycleInputs) -> bool:
     return not nvml_pids or bool(inputs.processes.processes)
 
 
+def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
+            pods: PodContext) -> list[Family]:
+    """XIDs and clock events, counted over windows; the series carry the device's pod as the
+    sampled fields do."""
+    assert inputs.node is not None and inputs.plan is not None
+    node = inputs.node
+
+    def copies(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[SeriesCopy]:
+        key = (gpu.identity.index, instance.gpu_instance_id if instance else None)
+        found = [SeriesCopy(*map(tuple, holder_pairs(h, options.virtual_gpus, pods)))
+                 for h in holdings(key, attribution, options.virtual_gpus)]
+        return found or list(PLAIN)
+
+    event_options = EventFamilyOptions(options.hostname, inputs.plan.label_fields,
+                                       options.xid_window_ms, options.clock_events_window_ms,
+                                       copies)
+    xids = inputs.xids or EMPTY_XIDS
+    clocks = inputs.clock_events or ClockEventCounts()
+    families = event_families(node, inputs.plan.metrics, xids, clocks.window, clocks.totals,
+                              event_options, inputs.now)
+    if inputs.xids is not None:  # our own real counter (dcgm-exporter's "last value" is #500)
+        families.append(own_xid_counter_family(node, xids, options.hostname))
+    return families
+
+
 def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
     api = PodIndex.of(inputs.api_pods)
     claims = _claims(inputs, options.dra_drivers)
@@ -143,6 +185,7 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         context = PodContext(api, policy, usage, uids)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context)
+        families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context)
         if options.process_metrics:
             families += process_families(processes, policy)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,

@@ -86,7 +86,25 @@ def parse_regexes(text: str) -> tuple[str, ...]:
     return patterns
 
 
+def parse_hostname_label_name(text: str) -> str:
+    """`Hostname` (dcgm-exporter's releases) or `hostname` (its main branch, #655)."""
+    if text not in ("Hostname", "hostname"):
+        raise UsageError(f"invalid hostname label name {text!r}: expected Hostname or hostname")
+    return text
+
+
 def parse_log_format(text: str) -> str:
     if text not in ("text", "json"):
         raise UsageError(f"invalid log format {text!r}: expected text or json")
     return text
+
+
+def parse_window(text: str) -> int:
+    """A count window in milliseconds, as dcgm-exporter's -x and clock-events window."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"invalid window {text!r}: expected milliseconds") from None
+    if value <= 0:
+        raise UsageError(f"window {value} ms must be positive")
+    return value

@@ -25,11 +25,13 @@ from .flag_values import (
     parse_bool,
     parse_driver_names,
     parse_gpu_id_type,
+    parse_hostname_label_name,
     parse_interval,
     parse_log_format,
     parse_names,
     parse_regexes,
     parse_slow_interval,
+    parse_window,
 )
 
 
@@ -60,7 +62,15 @@ OPTIONS: Final = (
            "read the costly, slowly changing readings (energy, PCIe replay, ECC and remapped-row "
            "counters, the MIG mode) every MS only, repeating them exactly in between; 0: every "
            "pass (default 30000)", "MS"),
+    Option("xid-count-window-size", "x", parse_window,
+           "window of DCGM_EXP_XID_ERRORS_COUNT in milliseconds (default 300000)", "MS"),
+    Option("clock-events-count-window-size", None, parse_window,
+           "window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds (default 300000)", "MS"),
     Option("no-hostname", "n", None, "omit the Hostname label"),
+    Option("hostname-label-name", None, parse_hostname_label_name,
+           "the host label's name: Hostname (default, as dcgm-exporter's releases) or hostname "
+           "(as dcgm-exporter's main branch since #655), on every series that has it",
+           "Hostname|hostname"),
     Option("log-format", None, parse_log_format, "log format: text (default) or json",
            "text|json"),
     Option("debug", None, None, "log at debug level"),

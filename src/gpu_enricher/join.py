@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from . import names
 from .counters import CounterPlan
 from .devices import EMPTY_ATTRIBUTION, Attribution, EntityKey, Holder
-from .fields import IMPLEMENTED, MigScope
+from .fields import EVENT_FIELDS, IMPLEMENTED, MigScope
 from .model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
 from .podlabels import NO_POLICY, PodLabelPolicy
 from .render import Family, Sample, format_value, label_pairs
@@ -87,10 +87,35 @@ def _entity_labels(
         head.append((names.LABEL_GPU_I_PROFILE, instance.profile))
         head.append((names.LABEL_GPU_I_ID, str(instance.gpu_instance_id)))
     if hostname is not None:
-        head.append((names.LABEL_HOSTNAME, hostname))
+        head.append(names.hostname_pair(hostname))
     fields = [(field, _label_text(value)) for field in label_fields
               if (value := parent_values.get(field)) is not None]
     return head, fields
+
+
+def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, Pairs]:
+    """One holding's (pod labels, for the label map; attributes: container, namespace, pod,
+    pod_uid, vgpu, dra_*)."""
+    attrs = [(names.LABEL_CONTAINER, holder.container), (names.LABEL_NAMESPACE, holder.namespace),
+             (names.LABEL_POD, holder.pod)]
+    if vgpu and holder.replica is not None:
+        attrs.append((names.LABEL_VGPU, holder.replica))
+    if holder.claim is not None:  # dcgm-exporter's dra_* attributes
+        attrs += holder.claim.label_pairs()
+    labels: Pairs = []
+    if pods.policy.enabled:
+        meta = pods.index.by_name.get((holder.namespace, holder.pod))
+        extra = pods.policy.pairs(meta, pods.uids.get((holder.namespace, holder.pod), ""))
+        attrs += [p for p in extra if p[0] == names.LABEL_POD_UID]
+        labels = [p for p in extra if p[0] != names.LABEL_POD_UID]
+    return labels, sorted(attrs)
+
+
+def holdings(key: EntityKey, attribution: Attribution, virtual_gpus: bool) -> list[Holder]:
+    """The holders an entity's series are repeated for: the first, or each with virtual
+    GPUs; none for a free device."""
+    holders = attribution.holders.get(key, ())
+    return list(holders) if virtual_gpus else list(holders[:1])
 
 
 def _labels(head: Pairs, fields: Pairs, holder: Holder | None, vgpu: bool,
@@ -101,18 +126,10 @@ def _labels(head: Pairs, fields: Pairs, holder: Holder | None, vgpu: bool,
     labels into the label map)."""
     if holder is None:
         return label_pairs(head + fields)
-    attrs = [(names.LABEL_CONTAINER, holder.container), (names.LABEL_NAMESPACE, holder.namespace),
-             (names.LABEL_POD, holder.pod)]
-    if vgpu and holder.replica is not None:
-        attrs.append((names.LABEL_VGPU, holder.replica))
-    if holder.claim is not None:  # dcgm-exporter's dra_* attributes
-        attrs += holder.claim.label_pairs()
-    if pods.policy.enabled:
-        meta = pods.index.by_name.get((holder.namespace, holder.pod))
-        extra = pods.policy.pairs(meta, pods.uids.get((holder.namespace, holder.pod), ""))
-        attrs += [p for p in extra if p[0] == names.LABEL_POD_UID]
-        fields = sorted(fields + [p for p in extra if p[0] != names.LABEL_POD_UID])
-    return label_pairs(head + fields + sorted(attrs))
+    labels, attrs = holder_pairs(holder, vgpu, pods)
+    if labels:
+        fields = sorted(fields + labels)
+    return label_pairs(head + fields + attrs)
 
 
 def _split(key: EntityKey, holder: Holder, pods: PodContext,
@@ -180,10 +197,14 @@ def dcgm_families(
     ents = entities(snapshot, plan, hostname, attribution, virtual_gpus, pods)
     families: list[Family] = []
     for metric in plan.metrics:
-        scope = IMPLEMENTED[metric.name].mig
+        if metric.field in EVENT_FIELDS:  # counted from events: event_families builds them
+            continue
+        # The family is named as the counters line names it (a legacy `dcgm_sm_clock`, an
+        # alias); its values are those of the implemented field it resolves to.
+        scope = IMPLEMENTED[metric.field].mig
         samples: list[Sample] = []
         for ent in ents:
-            value = ent.value(metric.name, scope)
+            value = ent.value(metric.field, scope)
             if value is None or isinstance(value, str):
                 continue
             samples.append(Sample(ent.labels, format_value(value)))

@@ -14,6 +14,9 @@ LABEL_MODEL_NAME: Final = "modelName"
 LABEL_GPU_I_PROFILE: Final = "GPU_I_PROFILE"
 LABEL_GPU_I_ID: Final = "GPU_I_ID"
 LABEL_HOSTNAME: Final = "Hostname"
+HOSTNAME_LABEL_NAMES: Final = (LABEL_HOSTNAME, "hostname")
+"""The host label's names: dcgm-exporter's releases say `Hostname` (the default); its main
+branch says `hostname` (#655), not yet released (`--hostname-label-name`)."""
 LABEL_CONTAINER: Final = "container"
 LABEL_NAMESPACE: Final = "namespace"
 LABEL_POD: Final = "pod"
@@ -30,8 +33,8 @@ DEVICE_LABELS: Final = (LABEL_GPU, LABEL_UUID, LABEL_PCI_BUS_ID, LABEL_DEVICE, L
 INSTANCE_LABELS: Final = (LABEL_GPU_I_PROFILE, LABEL_GPU_I_ID)
 POD_LABELS: Final = (LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD)
 RESERVED_LABELS: Final = frozenset({
-    *DEVICE_LABELS, *INSTANCE_LABELS, LABEL_HOSTNAME, *POD_LABELS, LABEL_VGPU, LABEL_POD_UID,
-    LABEL_PID, LABEL_PROCESS_NAME,
+    *DEVICE_LABELS, *INSTANCE_LABELS, *HOSTNAME_LABEL_NAMES, *POD_LABELS, LABEL_VGPU,
+    LABEL_POD_UID, LABEL_PID, LABEL_PROCESS_NAME,
     # Prometheus's target labels: with honorLabels: true a pod label would replace them, and
     # dashboard 12239 keys on `instance`.
     "job", "instance",
@@ -42,6 +45,27 @@ RESERVED_LABELS: Final = frozenset({
 })
 
 SELF_PREFIX: Final = "gpu_enricher_"
+
+
+class Hostname(str):
+    """This node's name, the host label's value, carrying the label's name (`Hostname`, or
+    `hostname` with `--hostname-label-name`). Everywhere else it is the plain string (the
+    JSON API's `hostname`); a plain `str` host name is labelled `Hostname`."""
+
+    label: str
+
+    def __new__(cls, value: str, label: str = LABEL_HOSTNAME) -> "Hostname":
+        if label not in HOSTNAME_LABEL_NAMES:
+            raise ValueError(f"host label name {label!r} is not one of {HOSTNAME_LABEL_NAMES}")
+        self = super().__new__(cls, value)
+        self.label = label
+        return self
+
+
+def hostname_pair(hostname: str) -> tuple[str, str]:
+    """The host label of a series: (its name, this node's name)."""
+    label = hostname.label if isinstance(hostname, Hostname) else LABEL_HOSTNAME
+    return label, str(hostname)
 
 
 def device_name(index: int) -> str:

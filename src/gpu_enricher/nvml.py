@@ -12,7 +12,14 @@ from typing import Any
 import pynvml
 
 from .backend import BackendUnavailable
-from .fields import IMPLEMENTED, PROFILING_FIELDS, FieldSpec, GpmMetric, MigScope, NvmlFieldValue
+from .fields import (
+    EVENT_FIELDS,
+    IMPLEMENTED,
+    PROFILING_FIELDS,
+    FieldSpec,
+    GpmMetric,
+    MigScope,
+)
 from .model import DeviceIdentity, FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot, SampleError
 from .nvml_cadence import DEFAULT_SLOW_INTERVAL_SECONDS, SlowReadings
 from .nvml_device import (
@@ -24,6 +31,7 @@ from .nvml_device import (
     error_reason,
     text,
 )
+from .nvml_fields import NvlinkRates
 from .nvml_gpm import GpmSampler, SampleKey, device_supports_gpm
 from .nvml_processes import InstanceProcesses, ProcessReader, running_processes
 
@@ -44,6 +52,7 @@ class NvmlBackend:
 
     def __init__(self, slow_interval_seconds: float = DEFAULT_SLOW_INTERVAL_SECONDS) -> None:
         self.unsupported: set[tuple[str, object]] = set()
+        self.nvlink_rates = NvlinkRates()  # per GPU: the last NVLink counters, for the rate
         self._slow = SlowReadings(slow_interval_seconds)
         self._identities: dict[int, DeviceIdentity] = {}
         self._profile_names: dict[str, dict[int, str]] = {}
@@ -105,7 +114,9 @@ class NvmlBackend:
         return self._system[function]
 
     def sample(self, fields: frozenset[str]) -> NodeSnapshot:
-        specs = [IMPLEMENTED[f] for f in sorted(fields) if f in IMPLEMENTED]
+        # Event-counted fields (XIDs, clock-event counts) are not pass readings.
+        specs = [IMPLEMENTED[f] for f in sorted(fields)
+                 if f in IMPLEMENTED and f not in EVENT_FIELDS]
         errors: list[SampleError] = []
         try:
             count = pynvml.nvmlDeviceGetCount()
@@ -174,8 +185,7 @@ class NvmlBackend:
     @staticmethod
     def _read(reader: DeviceReader, specs: list[FieldSpec]) -> dict[str, FieldValue]:
         """One batched field-value call for these specs, then each source once."""
-        reader.prefetch_field_values(
-            s.source.field_id for s in specs if isinstance(s.source, NvmlFieldValue))
+        reader.prefetch_field_values(s.source for s in specs)
         return {spec.name: v for spec in specs if (v := reader.read(spec)) is not None}
 
     def _gpm_metrics(self, handle: Any, key: SampleKey, specs: list[FieldSpec],

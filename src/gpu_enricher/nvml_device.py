@@ -4,13 +4,24 @@ Part of the NVML backend (with `nvml.py`, `nvml_gpm.py` and `nvml_processes.py`,
 importers of pynvml); runs only on the NVML thread.
 """
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol
 
 import pynvml
 
-from .fields import DeviceCall, FieldSpec, MemoryInfo, NvmlFieldValue, Source, SystemCall
+from .fields import (
+    DeviceCall,
+    FieldSpec,
+    GpmMetric,
+    MemoryInfo,
+    NvlinkThroughput,
+    NvmlFieldValue,
+    Source,
+    SystemCall,
+)
 from .model import FieldValue, SampleError
+from .nvml_fields import FieldKey, NvlinkRates, field_value_keys, throughput_keys
 
 SOURCE: Final = "nvml"
 
@@ -70,10 +81,11 @@ def text(raw: Any) -> str:
 
 
 class ReaderContext(Protocol):
-    """What a device reader needs from the backend: sticky NOT_SUPPORTED answers and
-    node-wide strings."""
+    """What a device reader needs from the backend: sticky NOT_SUPPORTED answers, node-wide
+    strings and the NVLink counters' last readings (for their rate)."""
 
     unsupported: set[tuple[str, object]]
+    nvlink_rates: NvlinkRates
 
     def system_value(self, function: str) -> str | None: ...
 
@@ -89,7 +101,10 @@ class DeviceReader:
         self._errors = errors
         self._gpu_index = gpu_index
         self._cache: dict[object, Any] = {}
-        self._field_values: dict[int, int | float] | None = None
+        # (field id, scope) → (value, NVML's timestamp in µs); every key asked this pass is
+        # in _asked, whether it answered or not.
+        self._field_values: dict[FieldKey, tuple[int | float, int]] = {}
+        self._asked: set[FieldKey] = set()
         self.gpm: dict[int, float] = {}
 
     def call(self, key: object, fn: Callable[[], Any]) -> Any:
@@ -133,10 +148,15 @@ class DeviceReader:
         if isinstance(source, MemoryInfo):
             return self._memory()
         if isinstance(source, NvmlFieldValue):
-            return self._field_value(source.field_id)
+            value = self._field_value((source.field_id, source.scope_id))
+            return None if value is None else value[0]
+        if isinstance(source, NvlinkThroughput):
+            return self._nvlink_rate(source)
         if isinstance(source, SystemCall):
             return self._backend.system_value(source.function)
-        return self.gpm.get(source.metric_id)
+        if isinstance(source, GpmMetric):
+            return self.gpm.get(source.metric_id)
+        return None  # EventCount: counted from events, never read in a pass
 
     def _memory(self) -> Any:
         # v2 separates `reserved` from `used`; v1 (old drivers) folds it into `used`.
@@ -148,25 +168,36 @@ class DeviceReader:
             return v2
         return self.call("memory_v1", lambda: pynvml.nvmlDeviceGetMemoryInfo(self._handle))
 
-    def prefetch_field_values(self, ids: Iterable[int]) -> None:
-        """One `nvmlDeviceGetFieldValues` call for every field-value id of this device."""
-        wanted = sorted(set(ids))
-        self._field_values = {}
+    def prefetch_field_values(self, sources: Iterable[Source]) -> None:
+        """One `nvmlDeviceGetFieldValues` call for every field-value entry these sources need
+        that this pass has not asked for yet."""
+        wanted = sorted({k for source in sources for k in field_value_keys(source)}
+                        - self._asked)
         if not wanted:
             return
+        self._asked.update(wanted)
         result = self.call(
             ("field_values", tuple(wanted)),
             lambda: pynvml.nvmlDeviceGetFieldValues(self._handle, wanted),
         )
-        for entry in result or ():
+        for key, entry in zip(wanted, result or (), strict=False):
             if entry.nvmlReturn != pynvml.NVML_SUCCESS:
                 continue
             reader = _VALUE_READERS.get(entry.valueType)
             if reader is not None:
-                self._field_values[int(entry.fieldId)] = reader(entry.value)
+                self._field_values[key] = (reader(entry.value), int(entry.timestamp))
 
-    def _field_value(self, field_id: int) -> int | float | None:
-        if self._field_values is None:
-            self.prefetch_field_values([field_id])
-        assert self._field_values is not None
-        return self._field_values.get(field_id)
+    def _field_value(self, key: FieldKey) -> tuple[int | float, int] | None:
+        if key not in self._asked:  # a source read without a prefetch (a MIG instance)
+            self.prefetch_field_values([NvmlFieldValue(*key)])
+        return self._field_values.get(key)
+
+    def _nvlink_rate(self, source: NvlinkThroughput) -> int | None:
+        """DCGM's NVLink bandwidth: RX + TX KiB counters as a rate since the last pass."""
+        rx_key, tx_key = throughput_keys(source)
+        rx, tx = self._field_value(rx_key), self._field_value(tx_key)
+        if rx is None or tx is None:
+            return None
+        stamp = max(rx[1], tx[1]) or time.time_ns() // 1000
+        return self._backend.nvlink_rates.rate(self._uuid, rx_key[1], int(rx[0]) + int(tx[0]),
+                                               stamp)

@@ -51,7 +51,7 @@ def _int(raw: Any, where: str) -> int:
 _GPU_KEYS: Final = frozenset({
     "model", "uuid", "pci_bus_id", "memory_mib", "utilization", "memory_used_mib",
     "power_watts", "temperature", "sm_clock_mhz", "mem_clock_mhz", "lost", "mig", "processes",
-    "gpm",
+    "gpm", "xids",
 })
 
 
@@ -112,6 +112,7 @@ def _gpu(raw: Any, index: int, seed: int, where: str) -> SimGpu:
         instances=instances,
         processes=processes,
         gpm=gpm,
+        xids=tuple(_int(x, f"{where}.xids[{n}]") for n, x in enumerate(spec.get("xids") or [])),
     )
 
 

@@ -114,6 +114,7 @@ class SimulatedBackend:
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+            **self._limits(gpu, t, busy),
             **(self._profiling(busy, t, gpu.index) if gpu.gpm else {}),
         }
         instances = tuple(self._instance(gpu, inst, t, fields) for inst in gpu.instances)
@@ -132,6 +133,34 @@ class SimulatedBackend:
                                                  self._load(t, "pid", proc.pid)), 4)
         return ProcessSample(proc.pid, proc.used_memory_mib * MIB, proc.gpu_instance_id, sm,
                              None if sm is None else round(0.4 * sm, 4))
+
+    def _limits(self, gpu: SimGpu, t: float, busy: float) -> dict[str, FieldValue]:
+        """Power limits, throttling and identity labels as a passively cooled data-centre GPU
+        reports them: no fan, no retired pages (row remapping replaced them), no NVLink."""
+        limit = round(max(gpu.power_watts[1] * 1.1, 70.0))
+        power_capped = busy > 0.9
+        # Throttling time grows while the GPU runs into its power cap (ns, monotonic).
+        capped_ns = int(1e9 * t * 0.05 * (gpu.power_watts[1] > 300))
+        return {
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT": float(limit),
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN": float(round(limit * 0.3)),
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX": float(limit),
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": float(limit),
+            "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": float(limit),
+            "DCGM_FI_DEV_PSTATE": 0 if busy > 0.05 else 8,
+            # 0x4: software power cap; 0x1: GPU idle (NVML's clocks-event reason bits).
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0x4 if power_capped else (0x1 if busy < 0.05
+                                                                          else 0),
+            "DCGM_FI_DEV_POWER_VIOLATION": capped_ns,
+            "DCGM_FI_DEV_THERMAL_VIOLATION": 0,
+            "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 0,
+            "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": 0,
+            # An always idle GPU is held back by low utilisation the whole time.
+            "DCGM_FI_DEV_LOW_UTIL_VIOLATION": int(1e9 * t) if gpu.utilization[1] == 0 else 0,
+            "DCGM_FI_DEV_RELIABILITY_VIOLATION": 0,
+            "DCGM_FI_DEV_BRAND": "NVIDIA",
+            "DCGM_FI_DEV_INFOROM_IMAGE_VER": "G520.0200.00.05",
+        }
 
     def _profiling(self, busy: float, t: float, *key: object) -> dict[str, FieldValue]:
         jitter = self._load(t, *key, "prof")

@@ -23,6 +23,7 @@ CFLAGS: tuple[str, ...] = (
     f"-Wl,-soname,{LIBRARY_NAME}",
 )
 LIBS: tuple[str, ...] = ("-lpthread",)
+XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,17 @@ class FakeNvml:
         lib.fake_nvml_symbol_name.restype = ctypes.c_char_p
         lib.fake_nvml_key_name.argtypes = [ctypes.c_uint]
         lib.fake_nvml_key_name.restype = ctypes.c_char_p
+        lib.fake_nvml_set_clock_events.argtypes = [ctypes.c_uint, ctypes.c_longlong]
+        lib.fake_nvml_set_clock_events.restype = None
+        lib.fake_nvml_inject_event.argtypes = [ctypes.c_uint, ctypes.c_ulonglong,
+                                               ctypes.c_ulonglong]
+        lib.fake_nvml_inject_event.restype = ctypes.c_int
+        lib.fake_nvml_set_event_types.argtypes = [ctypes.c_uint, ctypes.c_longlong]
+        lib.fake_nvml_set_event_types.restype = None
+        lib.fake_nvml_event_sets.argtypes = []
+        lib.fake_nvml_event_sets.restype = ctypes.c_uint
+        lib.fake_nvml_event_registrations.argtypes = [ctypes.c_uint, ctypes.c_ulonglong]
+        lib.fake_nvml_event_registrations.restype = ctypes.c_uint
         self.symbols: frozenset[str] = frozenset(self._names(lib.fake_nvml_symbol_name))
         self.keys: tuple[str, ...] = tuple(self._names(lib.fake_nvml_key_name))
 
@@ -225,6 +237,14 @@ class FakeNvml:
         if key not in self.keys:
             raise ValueError(f"unknown key {key!r}; known: {', '.join(self.keys)}")
         self.lib.fake_nvml_set_not_supported(self._index(index), key.encode(), int(on))
+        self._check()
+
+    def set_clock_events(self, index: int, mask: int | None) -> None:
+        """GPU ``index``'s nvmlDeviceGetCurrentClocksEventReasons bitmask (None: the
+        default, 0x1 GpuIdle on even GPUs and 0x4 SwPowerCap on odd ones)."""
+        if mask is not None and not 0 <= mask < 1 << 63:
+            raise ValueError(f"clock event mask must be 0 <= mask < 2**63, got {mask}")
+        self.lib.fake_nvml_set_clock_events(self._index(index), -1 if mask is None else mask)
         self._check()
 
     def set_mig(self, index: int, spec: str | Sequence[tuple[int, int]] | None) -> None:
@@ -324,6 +344,34 @@ class FakeNvml:
     def total_cpu_ns(self) -> int:
         """cpu_ns() summed over all symbols."""
         return int(self.lib.fake_nvml_total_cpu_ns())
+
+    def inject_event(self, index: int, event_type: int, data: int) -> int:
+        """Queue an NVML event (``event_type`` one nvmlEventType* bit, ``data`` its
+        eventData) in every live event set registered for it on GPU ``index``, waking
+        blocked waiters; the number of sets (0: nobody listens, it is dropped)."""
+        sets = int(self.lib.fake_nvml_inject_event(self._index(index), event_type, data))
+        self._check()
+        return sets
+
+    def inject_xid(self, index: int, xid: int) -> int:
+        """An XID (nvmlEventTypeXidCriticalError, eventData = the XID) on GPU ``index``;
+        the number of event sets it reached (0: none registered, dropped)."""
+        return self.inject_event(index, XID_CRITICAL_ERROR, xid)
+
+    def set_event_types(self, index: int, mask: int | None) -> None:
+        """The event types GPU ``index`` supports (None: the default 0xff9f of a real
+        H100; 0: none, so registering answers NOT_SUPPORTED)."""
+        self.lib.fake_nvml_set_event_types(self._index(index), -1 if mask is None else mask)
+        self._check()
+
+    def event_sets(self) -> int:
+        """Live event sets (created in this NVML session and not freed)."""
+        return int(self.lib.fake_nvml_event_sets())
+
+    def event_registrations(self, index: int, event_types: int = 0x8) -> int:
+        """Live event sets registered for any of ``event_types`` (default: XIDs) on GPU
+        ``index``."""
+        return int(self.lib.fake_nvml_event_registrations(self._index(index), event_types))
 
     def init_refcount(self) -> int:
         """nvmlInit* calls minus nvmlShutdown calls (0: not initialized)."""

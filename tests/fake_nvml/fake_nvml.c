@@ -52,7 +52,14 @@ enum {
     NVML_FI_DEV_MEMORY_TEMP = 82,
     NVML_FI_DEV_REMAPPED_COR = 142,
     NVML_FI_DEV_REMAPPED_UNC = 143,
-    NVML_FI_DEV_REMAPPED_FAILURE = 145
+    NVML_FI_DEV_REMAPPED_FAILURE = 145,
+    /* NVLink: error totals over all links; data throughput (KiB) per link = scope */
+    NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = 38,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 45,
+    NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL = 52,
+    NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 59,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
 };
 
 /* Versioned structs: (struct version << 24) | sizeof(struct). */
@@ -209,6 +216,39 @@ _Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t size");
 _Static_assert(sizeof(nvmlProcessInfo_v3_t) == 24, "nvmlProcessInfo_v3_t size");
 
 typedef struct {
+    unsigned long long referenceTime; /* us */
+    unsigned long long violationTime; /* ns */
+} nvmlViolationTime_t;
+
+#define NVML_GRID_LICENSE_BUFFER_SIZE 128
+#define NVML_GRID_LICENSE_FEATURE_MAX_COUNT 3
+
+typedef struct {
+    unsigned int year;
+    unsigned short month, day, hour, min, sec;
+    unsigned char status;
+} nvmlGridLicenseExpiry_t;
+
+typedef struct {
+    unsigned int featureCode; /* 1: vGPU */
+    unsigned int featureState; /* non-zero: licensed */
+    char licenseInfo[NVML_GRID_LICENSE_BUFFER_SIZE];
+    char productName[NVML_GRID_LICENSE_BUFFER_SIZE];
+    unsigned int featureEnabled;
+    nvmlGridLicenseExpiry_t licenseExpiry;
+} nvmlGridLicensableFeature_t;
+
+typedef struct {
+    int isGridLicenseSupported;
+    unsigned int licensableFeaturesCount;
+    nvmlGridLicensableFeature_t gridLicensableFeatures[NVML_GRID_LICENSE_FEATURE_MAX_COUNT];
+} nvmlGridLicensableFeatures_t; /* _v4, as pynvml 13.615 lays it out */
+
+_Static_assert(sizeof(nvmlViolationTime_t) == 16, "nvmlViolationTime_t size");
+_Static_assert(sizeof(nvmlGridLicensableFeatures_t) == 860,
+               "nvmlGridLicensableFeatures_v4_t size");
+
+typedef struct {
     unsigned int pid;
     unsigned long long timeStamp; /* CPU time, microseconds */
     unsigned int smUtil;
@@ -298,6 +338,17 @@ enum ns_key {
     KEY_SERIAL,
     KEY_VBIOS,
     KEY_PROC_UTIL,
+    KEY_VIOLATION,
+    KEY_CLOCK_EVENTS,
+    KEY_RETIRED,
+    KEY_NVLINK,
+    KEY_LICENSE,
+    KEY_POWER_LIMIT,
+    KEY_FAN,
+    KEY_PSTATE,
+    KEY_INFOROM,
+    KEY_BRAND,
+    KEY_P2P,
     KEY_COUNT,
     KEY_NONE = -1
 };
@@ -306,8 +357,10 @@ static const char *const KEY_NAMES[KEY_COUNT] = {
     "util",  "enc",     "dec",         "memory", "memory_v2",
     "power", "energy",  "clock",       "temp",   "memtemp",
     "pcie_replay", "minor", "processes", "serial", "vbios",
-    "proc_util",
+    "proc_util", "violation", "clock_events", "retired", "nvlink", "license",
+    "power_limit", "fan", "pstate", "inforom", "brand", "p2p",
 };
+_Static_assert(KEY_COUNT <= 32, "NOT_SUPPORTED keys are bits of a uint32_t");
 
 static int key_from_name(const char *s, size_t len)
 {
@@ -351,6 +404,21 @@ static int key_from_name(const char *s, size_t len)
     X(nvmlDeviceGetTemperatureV)                    \
     X(nvmlDeviceGetFieldValues)                     \
     X(nvmlDeviceGetPcieReplayCounter)               \
+    X(nvmlDeviceGetViolationStatus)                 \
+    X(nvmlDeviceGetCurrentClocksEventReasons)       \
+    X(nvmlDeviceGetRetiredPages)                    \
+    X(nvmlDeviceGetRetiredPagesPendingStatus)       \
+    X(nvmlDeviceGetGridLicensableFeatures_v4)       \
+    X(nvmlDeviceGetPowerManagementLimit)            \
+    X(nvmlDeviceGetPowerManagementLimitConstraints) \
+    X(nvmlDeviceGetPowerManagementDefaultLimit)     \
+    X(nvmlDeviceGetEnforcedPowerLimit)              \
+    X(nvmlDeviceGetFanSpeed)                        \
+    X(nvmlDeviceGetPerformanceState)                \
+    X(nvmlDeviceGetBrand)                           \
+    X(nvmlDeviceGetInforomVersion)                  \
+    X(nvmlDeviceGetInforomImageVersion)             \
+    X(nvmlDeviceGetP2PStatus)                       \
     X(nvmlDeviceGetComputeRunningProcesses_v3)      \
     X(nvmlDeviceGetGraphicsRunningProcesses_v3)     \
     X(nvmlDeviceGetProcessUtilization)              \
@@ -367,6 +435,11 @@ static int key_from_name(const char *s, size_t len)
     X(nvmlDeviceGetGpuInstanceProfileInfo)          \
     X(nvmlDeviceGetGpuInstanceProfileInfoV)         \
     X(nvmlDeviceGetGpuInstanceProfileInfoByIdV)     \
+    X(nvmlEventSetCreate)                           \
+    X(nvmlEventSetFree)                             \
+    X(nvmlEventSetWait_v2)                          \
+    X(nvmlDeviceGetSupportedEventTypes)             \
+    X(nvmlDeviceRegisterEvents)                     \
     X(nvmlGpmQueryDeviceSupport)                    \
     X(nvmlGpmSampleAlloc)                           \
     X(nvmlGpmSampleFree)                            \
@@ -393,8 +466,7 @@ static const char *const SYM_NAMES[SYM_COUNT] = {FAKE_NVML_SYMBOLS(SYM_STR)};
  * driver spins; it does not sleep), from real-gpu-h100.md (the project's
  * shared reference, /work/shared/reference/real-gpu-h100.md: "NVML per-call
  * cost on the real driver" and "More calls"). Entries name symbols by string so that a symbol
- * this library does not implement yet (ViolationStatus, PowerManagementLimit,
- * GridLicensableFeatures) takes its cost as soon as it is added to
+ * this library does not implement yet takes its cost as soon as it is added to
  * FAKE_NVML_SYMBOLS. A symbol not listed costs default_device_us if it is a
  * device query (nvmlDevice*, nvmlGpm*, nvmlGpuInstance*), else nothing.
  */
@@ -437,6 +509,8 @@ static const struct sym_cost COST_H100_SYMS[] = {
     {"nvmlDeviceGetVbiosVersion", 8},
     {"nvmlSystemGetDriverVersion", 8},
     {"nvmlSystemGetNVMLVersion", 8},
+    {"nvmlDeviceGetInforomVersion", 8},
+    {"nvmlDeviceGetInforomImageVersion", 8},
 };
 static const struct field_cost COST_H100_FIELDS[] = {
     {83, 3900}, /* NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: 3,820-4,600 batched */
@@ -1252,6 +1326,379 @@ static nvmlReturn_t copy_str(char *buf, unsigned len, const char *s)
 }
 
 /* ------------------------------------------------------------------ */
+/* Event sets: XIDs and other NVML events                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * nvmlEventSetCreate / nvmlDeviceRegisterEvents / nvmlEventSetWait_v2 /
+ * nvmlEventSetFree and nvmlDeviceGetSupportedEventTypes. Events come only from
+ * the test: fake_nvml_inject_event() (FakeNvml.inject_xid) queues one in every
+ * live set registered for that GPU and type and wakes blocked waiters; the
+ * FAKE_NVML_XIDS script is queued in the first set of a session that registers
+ * XidCriticalError on the GPU. A set lives in one NVML session: when the init
+ * refcount drops to 0 every set is gone (waiters wake with UNINITIALIZED, later
+ * calls on the old handle answer INVALID_ARGUMENT). Handles are ids, never
+ * reused, so a stale handle cannot alias a new set. g_lock guards everything;
+ * waiters sleep on g_event_cond with it released.
+ */
+
+#define NVML_EVENT_TYPE_XID 0x8ull
+#define DEFAULT_EVENT_TYPES 0xff9full /* a real H100, driver 580 */
+#define MAX_EVENT_SETS 16u
+#define EVENT_QUEUE_LEN 256u
+#define EVENT_SET_ID_BASE 0x5e7000000000ull
+#define MAX_XID_SCRIPT 16u
+#define FAKE_NVML_RC_TIMEOUT 10  /* NVML_ERROR_TIMEOUT */
+#define FAKE_NVML_RC_MEMORY 20   /* NVML_ERROR_MEMORY */
+
+typedef struct fake_event_set *nvmlEventSet_t; /* opaque id */
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+struct fake_event {
+    unsigned gpu;
+    unsigned long long type;
+    unsigned long long data;
+};
+
+struct event_set_slot {
+    int used;
+    unsigned long long id;
+    unsigned long long mask[MAX_GPUS]; /* registered event types per GPU */
+    struct fake_event q[EVENT_QUEUE_LEN];
+    unsigned head, n;
+};
+
+static struct event_set_slot g_event_sets[MAX_EVENT_SETS];
+static unsigned long long g_event_serial;
+static long long g_event_types_ovr[MAX_GPUS]; /* -1: DEFAULT_EVENT_TYPES */
+static unsigned g_xid_script[MAX_GPUS][MAX_XID_SCRIPT];
+static unsigned g_xid_script_n[MAX_GPUS];
+static unsigned char g_xid_script_sent[MAX_GPUS];
+static int g_xid_script_armed;
+static pthread_cond_t g_event_cond;
+static pthread_once_t g_event_once = PTHREAD_ONCE_INIT;
+
+static void event_cond_init(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_event_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    for (unsigned g = 0; g < MAX_GPUS; g++)
+        g_event_types_ovr[g] = -1;
+}
+
+static void events_once(void)
+{
+    pthread_once(&g_event_once, event_cond_init);
+}
+
+/* Wake every waiter to re-check its set (g_lock held or not). */
+static void events_wake(void)
+{
+    events_once();
+    pthread_cond_broadcast(&g_event_cond);
+}
+
+/* The init refcount reached 0: every set dies with the session (g_lock held). */
+static void events_session_end(void)
+{
+    for (unsigned k = 0; k < MAX_EVENT_SETS; k++)
+        g_event_sets[k].used = 0;
+    g_xid_script_armed = 0;
+    events_wake();
+}
+
+/* Parse FAKE_NVML_XIDS ("IDX:XID,IDX:XID"); 0 ok, -1 bad (g_lock held). */
+static int load_xid_script(void)
+{
+    memset(g_xid_script_n, 0, sizeof g_xid_script_n);
+    memset(g_xid_script_sent, 0, sizeof g_xid_script_sent);
+    g_xid_script_armed = 1;
+    const char *s = getenv("FAKE_NVML_XIDS");
+    if (!s)
+        return 0;
+    const char *p = skip_ws(s);
+    while (*p) {
+        unsigned long g, xid;
+        const char *q = parse_uint(p, MAX_GPUS - 1, &g);
+        if (!q || *(q = skip_ws(q)) != ':')
+            goto bad;
+        q = parse_uint(skip_ws(q + 1), 0xFFFFFFFFul, &xid);
+        if (!q || g_xid_script_n[g] >= MAX_XID_SCRIPT)
+            goto bad;
+        g_xid_script[g][g_xid_script_n[g]++] = (unsigned)xid;
+        p = skip_ws(q);
+        if (*p == ',')
+            p = skip_ws(p + 1);
+        else if (*p)
+            goto bad;
+    }
+    return 0;
+bad:
+    memset(g_xid_script_n, 0, sizeof g_xid_script_n);
+    set_error("bad FAKE_NVML_XIDS=%s (expected IDX:XID,IDX:XID, at most %u per GPU)", s,
+              MAX_XID_SCRIPT);
+    return -1;
+}
+
+/* fake_nvml_reset(): default event types, script re-read (g_lock held). */
+static void events_reset(void)
+{
+    events_once();
+    for (unsigned g = 0; g < MAX_GPUS; g++)
+        g_event_types_ovr[g] = -1;
+    load_xid_script();
+}
+
+static unsigned long long supported_event_types(unsigned g)
+{
+    return g_event_types_ovr[g] >= 0 ? (unsigned long long)g_event_types_ovr[g]
+                                     : DEFAULT_EVENT_TYPES;
+}
+
+static struct event_set_slot *find_event_set(nvmlEventSet_t set)
+{
+    unsigned long long id = (unsigned long long)(uintptr_t)set;
+    if (!id)
+        return NULL;
+    for (unsigned k = 0; k < MAX_EVENT_SETS; k++)
+        if (g_event_sets[k].used && g_event_sets[k].id == id)
+            return &g_event_sets[k];
+    return NULL;
+}
+
+/* Queue one event in set s; a full queue drops it (g_lock held). */
+static void event_push(struct event_set_slot *s, unsigned g, unsigned long long type,
+                       unsigned long long data)
+{
+    if (s->n >= EVENT_QUEUE_LEN)
+        return;
+    struct fake_event *e = &s->q[(s->head + s->n) % EVENT_QUEUE_LEN];
+    e->gpu = g;
+    e->type = type;
+    e->data = data;
+    s->n++;
+}
+
+/* Queue in every live set registered for (g, type); how many (g_lock held). */
+static unsigned event_broadcast(unsigned g, unsigned long long type, unsigned long long data)
+{
+    unsigned sets = 0;
+    for (unsigned k = 0; k < MAX_EVENT_SETS; k++) {
+        struct event_set_slot *s = &g_event_sets[k];
+        if (s->used && (s->mask[g] & type)) {
+            event_push(s, g, type, data);
+            sets++;
+        }
+    }
+    if (sets)
+        events_wake();
+    return sets;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    events_once();
+    enter(SYM_nvmlEventSetCreate, 0);
+    if (!g_refcount)
+        return leave(NVML_ERROR_UNINITIALIZED);
+    if (!set)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned k = 0; k < MAX_EVENT_SETS; k++) {
+        struct event_set_slot *s = &g_event_sets[k];
+        if (s->used)
+            continue;
+        memset(s, 0, sizeof *s);
+        s->used = 1;
+        s->id = EVENT_SET_ID_BASE + ++g_event_serial;
+        *set = (nvmlEventSet_t)(uintptr_t)s->id;
+        return leave(NVML_SUCCESS);
+    }
+    return leave(FAKE_NVML_RC_MEMORY);
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    events_once();
+    enter(SYM_nvmlEventSetFree, 0);
+    if (!g_refcount)
+        return leave(NVML_ERROR_UNINITIALIZED);
+    struct event_set_slot *s = find_event_set(set);
+    if (!s)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    s->used = 0;
+    events_wake(); /* a waiter on it answers INVALID_ARGUMENT */
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                              unsigned long long *eventTypes)
+{
+    events_once();
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetSupportedEventTypes, device, &r,
+                                PHYS_ONLY, KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!eventTypes)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned long long types = supported_event_types(r.gpu);
+    if (!types)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *eventTypes = types;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                      nvmlEventSet_t set)
+{
+    events_once();
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceRegisterEvents, device, &r, PHYS_ONLY,
+                                KEY_NONE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    struct event_set_slot *s = find_event_set(set);
+    if (!s || !eventTypes)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (eventTypes & ~supported_event_types(r.gpu))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    s->mask[r.gpu] |= eventTypes;
+    if (eventTypes & NVML_EVENT_TYPE_XID) {
+        if (!g_xid_script_armed)
+            load_xid_script(); /* a bad variable was reported by reset() */
+        if (!g_xid_script_sent[r.gpu]) {
+            g_xid_script_sent[r.gpu] = 1;
+            for (unsigned k = 0; k < g_xid_script_n[r.gpu]; k++)
+                event_push(s, r.gpu, NVML_EVENT_TYPE_XID, g_xid_script[r.gpu][k]);
+        }
+    }
+    return leave(NVML_SUCCESS);
+}
+
+/* A GPU registered in s is lost (g_lock held). */
+static int event_set_gpu_lost(const struct event_set_slot *s)
+{
+    for (unsigned g = 0; g < g_env.gpu_count && g < MAX_GPUS; g++)
+        if (s->mask[g] && gpu_is_lost(g))
+            return 1;
+    return 0;
+}
+
+/* One answer for a waiter, or -1 to keep waiting (g_lock held). */
+static nvmlReturn_t event_poll(nvmlEventSet_t set, nvmlEventData_t *data)
+{
+    if (!g_refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    struct event_set_slot *s = find_event_set(set);
+    if (!s || !data)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (s->n) {
+        const struct fake_event *e = &s->q[s->head];
+        s->head = (s->head + 1) % EVENT_QUEUE_LEN;
+        s->n--;
+        memset(data, 0, sizeof *data);
+        data->device = &g_phys[e->gpu];
+        data->eventType = e->type;
+        data->eventData = e->data;
+        data->gpuInstanceId = NO_ID;
+        data->computeInstanceId = NO_ID;
+        return NVML_SUCCESS;
+    }
+    if (event_set_gpu_lost(s))
+        return NVML_ERROR_GPU_IS_LOST;
+    return -1;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                 unsigned int timeoutms)
+{
+    events_once();
+    enter(SYM_nvmlEventSetWait_v2, 0);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(timeoutms / 1000u);
+    deadline.tv_nsec += (long)(timeoutms % 1000u) * 1000000l;
+    if (deadline.tv_nsec >= 1000000000l) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000l;
+    }
+    for (;;) {
+        nvmlReturn_t rc = event_poll(set, data);
+        if (rc != -1)
+            return leave(rc);
+        if (pthread_cond_timedwait(&g_event_cond, &g_lock, &deadline) == ETIMEDOUT) {
+            rc = event_poll(set, data);
+            return leave(rc != -1 ? rc : FAKE_NVML_RC_TIMEOUT);
+        }
+    }
+}
+
+/* Control: queue an event of `type` (one bit) with `data` in every live set
+ * registered for it on GPU `index`, waking waiters. Returns the number of sets
+ * (0: nobody listens, the event is dropped as the driver would), -1 on bad input. */
+int fake_nvml_inject_event(unsigned index, unsigned long long type, unsigned long long data)
+{
+    events_once();
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    int sets = -1;
+    if (index >= MAX_GPUS)
+        set_error("inject_event: GPU index %u out of range", index);
+    else if (!type || (type & (type - 1)))
+        set_error("inject_event: type 0x%llx is not one event type bit", type);
+    else
+        sets = (int)event_broadcast(index, type, data);
+    pthread_mutex_unlock(&g_lock);
+    return sets;
+}
+
+/* Control: the event types GPU `index` supports (< 0: the default 0xff9f; 0:
+ * none, both GetSupportedEventTypes and RegisterEvents answer NOT_SUPPORTED). */
+void fake_nvml_set_event_types(unsigned index, long long mask)
+{
+    events_once();
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    if (index >= MAX_GPUS)
+        set_error("set_event_types: GPU index %u out of range", index);
+    else
+        g_event_types_ovr[index] = mask < 0 ? -1 : mask;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Control: live event sets. */
+unsigned fake_nvml_event_sets(void)
+{
+    pthread_mutex_lock(&g_lock);
+    unsigned n = 0;
+    for (unsigned k = 0; k < MAX_EVENT_SETS; k++)
+        n += g_event_sets[k].used ? 1u : 0u;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+/* Control: live sets registered for any of `types` on GPU `index`. */
+unsigned fake_nvml_event_registrations(unsigned index, unsigned long long types)
+{
+    pthread_mutex_lock(&g_lock);
+    unsigned n = 0;
+    for (unsigned k = 0; index < MAX_GPUS && k < MAX_EVENT_SETS; k++)
+        n += g_event_sets[k].used && (g_event_sets[k].mask[index] & types) ? 1u : 0u;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+/* ------------------------------------------------------------------ */
 /* Init, shutdown, errors, system                                      */
 /* ------------------------------------------------------------------ */
 
@@ -1289,6 +1736,8 @@ nvmlReturn_t nvmlShutdown(void)
     if (!g_refcount)
         return leave(NVML_ERROR_UNINITIALIZED);
     g_refcount--;
+    if (!g_refcount)
+        events_session_end();
     return leave(NVML_SUCCESS);
 }
 
@@ -1787,6 +2236,62 @@ static long long now_us(void)
     return (long long)ts.tv_sec * 1000000ll + ts.tv_nsec / 1000;
 }
 
+/*
+ * NVLink field values of GPU g (18 links, as an H100 SXM). Error totals: 38 →
+ * 10+g, 45 → 20+g, 52 → 30+g, 59 → 40+g. Data throughput counters (KiB since
+ * the library loaded, scope = link 0..17 or 0xFFFFFFFF for all links): link l
+ * carries RX 1+g+l and TX 2·(1+g+l) KiB per microsecond of the call's
+ * timestamp, so two readings give an exact steady rate. Key `nvlink`: each of
+ * these fields answers NOT_SUPPORTED (a PCIe GPU without NVLink).
+ */
+#define FAKE_NVLINK_LINKS 18u
+#define NVLINK_ALL_LINKS 0xFFFFFFFFu
+
+static long long nvlink_epoch_us(long long ts)
+{
+    static long long epoch; /* g_lock held */
+    if (!epoch)
+        epoch = ts - 1000000; /* a second of traffic before the first reading */
+    return epoch;
+}
+
+static int nvlink_field(unsigned g, nvmlFieldValue_t *v, long long ts)
+{
+    unsigned long long per_us;
+    switch (v->fieldId) {
+    case NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL:
+    case NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL:
+    case NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL:
+    case NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL:
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+        v->value.ullVal = 10ull * (1 + (v->fieldId - 38u) / 7u) + g;
+        break;
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+        if (v->scopeId == NVLINK_ALL_LINKS)
+            per_us = FAKE_NVLINK_LINKS * (1ull + g) +
+                     FAKE_NVLINK_LINKS * (FAKE_NVLINK_LINKS - 1) / 2;
+        else if (v->scopeId < FAKE_NVLINK_LINKS)
+            per_us = 1ull + g + v->scopeId;
+        else {
+            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+            return 1;
+        }
+        if (v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX)
+            per_us *= 2;
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+        v->value.ullVal = per_us * (unsigned long long)(ts - nvlink_epoch_us(ts));
+        break;
+    default:
+        return 0;
+    }
+    if (key_not_supported(g, KEY_NVLINK)) {
+        v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        memset(&v->value, 0, sizeof v->value);
+    }
+    return 1;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                       nvmlFieldValue_t *values)
 {
@@ -1825,6 +2330,8 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
             v->value.uiVal = 0;
             break;
         default:
+            if (nvlink_field(r.gpu, v, ts))
+                break;
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             break;
         }
@@ -1845,6 +2352,280 @@ nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device,
             *value = r.gpu;
     }
     return leave(rc);
+}
+
+/* ------------------------------------------------------------------ */
+/* Throttling, retired pages, licence, power limits, fan, pstate,     */
+/* inforom, brand, P2P                                                 */
+/* ------------------------------------------------------------------ */
+
+/* nvmlDeviceGetCurrentClocksEventReasons overrides (fake_nvml_set_clock_events);
+ * cleared by reset. */
+static unsigned char g_clock_events_set[MAX_GPUS];
+static unsigned long long g_clock_events_ovr[MAX_GPUS];
+
+/* Policies NVML_PERF_POLICY_POWER (0) … RELIABILITY (5), TOTAL_APP_CLOCKS (10),
+ * TOTAL_BASE_CLOCKS (11): violationTime = (policy+1)·10^6 + 1000·g ns. */
+nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device,
+                                          unsigned int perfPolicyType,
+                                          nvmlViolationTime_t *violTime)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetViolationStatus, device, &r,
+                                PHYS_ONLY, KEY_VIOLATION);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!violTime || (perfPolicyType > 5 && perfPolicyType != 10 &&
+                      perfPolicyType != 11))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    violTime->referenceTime = (unsigned long long)now_us();
+    violTime->violationTime =
+        1000000ull * (perfPolicyType + 1ull) + 1000ull * r.gpu;
+    return leave(NVML_SUCCESS);
+}
+
+/* Even GPUs 0x1 (GpuIdle), odd ones 0x4 (SwPowerCap), unless overridden. */
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(
+    nvmlDevice_t device, unsigned long long *clocksEventReasons)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetCurrentClocksEventReasons,
+                                device, &r, PHYS_ONLY, KEY_CLOCK_EVENTS);
+    if (rc == NVML_SUCCESS) {
+        if (!clocksEventReasons)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *clocksEventReasons = g_clock_events_set[r.gpu]
+                                      ? g_clock_events_ovr[r.gpu]
+                                      : (r.gpu % 2u ? 0x4ull : 0x1ull);
+    }
+    return leave(rc);
+}
+
+/* Cause 0 (multiple single-bit ECC errors): g+1 pages; cause 1 (double-bit):
+ * g pages. Addresses 0x1000·(k+1) + cause. Too small a count (NULL buffer
+ * included) → INSUFFICIENT_SIZE with the count, as the driver answers. */
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, unsigned int cause,
+                                       unsigned int *pageCount,
+                                       unsigned long long *addresses)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetRetiredPages, device, &r,
+                                PHYS_ONLY, KEY_RETIRED);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!pageCount || cause > 1)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned n = cause == 0 ? r.gpu + 1u : r.gpu;
+    if (*pageCount < n || (n && !addresses)) {
+        *pageCount = n;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned k = 0; k < n; k++)
+        addresses[k] = 0x1000ull * (k + 1ull) + cause;
+    *pageCount = n;
+    return leave(NVML_SUCCESS);
+}
+
+/* Pending retirement: 1 on odd GPUs, 0 on even ones. */
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                    unsigned int *isPending)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetRetiredPagesPendingStatus,
+                                device, &r, PHYS_ONLY, KEY_RETIRED);
+    if (rc == NVML_SUCCESS) {
+        if (!isPending)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *isPending = r.gpu % 2u;
+    }
+    return leave(rc);
+}
+
+/* GPU g: g%3 == 0 the vGPU feature licensed, 1 listed but unlicensed, 2 no
+ * vGPU licensing (isGridLicenseSupported 0). Key `license`: NOT_SUPPORTED. */
+nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(
+    nvmlDevice_t device, nvmlGridLicensableFeatures_t *features)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetGridLicensableFeatures_v4,
+                                device, &r, PHYS_ONLY, KEY_LICENSE);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!features)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    memset(features, 0, sizeof *features);
+    if (r.gpu % 3u == 2u)
+        return leave(NVML_SUCCESS);
+    features->isGridLicenseSupported = 1;
+    features->licensableFeaturesCount = 1;
+    nvmlGridLicensableFeature_t *f = &features->gridLicensableFeatures[0];
+    f->featureCode = 1; /* NVML_GRID_LICENSE_FEATURE_CODE_VGPU */
+    f->featureState = r.gpu % 3u == 0u ? 1u : 0u;
+    f->featureEnabled = 1;
+    snprintf(f->licenseInfo, sizeof f->licenseInfo, "%s", "NVIDIA-vComputeServer,9.0");
+    snprintf(f->productName, sizeof f->productName, "%s",
+             "NVIDIA Virtual Compute Server");
+    f->licenseExpiry.status = 2; /* NVML_GRID_LICENSE_EXPIRY_PERMANENT */
+    return leave(NVML_SUCCESS);
+}
+
+/* Power limits in mW: requested 699500 - 100000·g, enforced the same,
+ * constraints 200000..700000, default 700000. Key `power_limit`: all four. */
+static nvmlReturn_t power_limit(enum sym s, nvmlDevice_t device, unsigned which,
+                                unsigned int *a, unsigned int *b)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(s, device, &r, PHYS_ONLY, KEY_POWER_LIMIT);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (!a || (which == 2 && !b))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (which == 0) {
+        *a = 699500u - 100000u * (r.gpu % 5u);
+    } else if (which == 1) {
+        *a = 700000u;
+    } else {
+        *a = 200000u;
+        *b = 700000u;
+    }
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device,
+                                               unsigned int *limit)
+{
+    return power_limit(SYM_nvmlDeviceGetPowerManagementLimit, device, 0, limit,
+                       NULL);
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device,
+                                             unsigned int *limit)
+{
+    return power_limit(SYM_nvmlDeviceGetEnforcedPowerLimit, device, 0, limit,
+                       NULL);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
+                                                      unsigned int *limit)
+{
+    return power_limit(SYM_nvmlDeviceGetPowerManagementDefaultLimit, device, 1,
+                       limit, NULL);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(
+    nvmlDevice_t device, unsigned int *minLimit, unsigned int *maxLimit)
+{
+    return power_limit(SYM_nvmlDeviceGetPowerManagementLimitConstraints, device,
+                       2, minLimit, maxLimit);
+}
+
+/* Unsigned answers: fan 30+g %, pstate 0 (even) / 8 (odd), brand 14 NVIDIA
+ * (even) / 2 Tesla (odd). */
+static nvmlReturn_t uint_query(enum sym s, int key, nvmlDevice_t device,
+                               unsigned int *out, unsigned even, unsigned odd,
+                               unsigned per_gpu)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(s, device, &r, PHYS_ONLY, key);
+    if (rc == NVML_SUCCESS) {
+        if (!out)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *out = (r.gpu % 2u ? odd : even) + per_gpu * r.gpu;
+    }
+    return leave(rc);
+}
+
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    return uint_query(SYM_nvmlDeviceGetFanSpeed, KEY_FAN, device, speed, 30, 30,
+                      1);
+}
+
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device,
+                                           unsigned int *pState)
+{
+    return uint_query(SYM_nvmlDeviceGetPerformanceState, KEY_PSTATE, device,
+                      pState, 0, 8, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, unsigned int *type)
+{
+    return uint_query(SYM_nvmlDeviceGetBrand, KEY_BRAND, device, type, 14, 2, 0);
+}
+
+/* Objects NVML_INFOROM_OEM (0) "2.1", ECC (1) "7.16", POWER (2) "1.1"; DEN (3)
+ * NOT_SUPPORTED; others INVALID_ARGUMENT. Image "G520.0200.00.05". */
+nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, unsigned int object,
+                                         char *version, unsigned int length)
+{
+    static const char *const versions[3] = {"2.1", "7.16", "1.1"};
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetInforomVersion, device, &r,
+                                PHYS_ONLY, KEY_INFOROM);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (object == 3)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (object > 3)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    return leave(copy_str(version, length, versions[object]));
+}
+
+nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device,
+                                              char *version, unsigned int length)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetInforomImageVersion, device, &r,
+                                PHYS_ONLY, KEY_INFOROM);
+    if (rc == NVML_SUCCESS)
+        rc = copy_str(version, length, "G520.0200.00.05");
+    return leave(rc);
+}
+
+/* Between two different GPUs: status OK (0) for every capability index 0..4
+ * (READ, WRITE, NVLINK, ATOMICS, PCI), except NVLINK (2) when either GPU has
+ * the `nvlink` key: NVML_P2P_STATUS_NOT_SUPPORTED (5). Key `p2p` on either GPU:
+ * the call answers NOT_SUPPORTED. Same GPU or index > 4: INVALID_ARGUMENT. */
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                    unsigned int p2pIndex, unsigned int *p2pStatus)
+{
+    struct dev_ref r1, r2;
+    nvmlReturn_t rc = begin_dev(SYM_nvmlDeviceGetP2PStatus, device1, &r1,
+                                PHYS_ONLY, KEY_P2P);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    rc = resolve(device2, &r2);
+    if (rc != NVML_SUCCESS)
+        return leave(rc);
+    if (r2.is_mig)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (key_not_supported(r2.gpu, KEY_P2P))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (!p2pStatus || r1.gpu == r2.gpu || p2pIndex > 4)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *p2pStatus = p2pIndex == 2 && (key_not_supported(r1.gpu, KEY_NVLINK) ||
+                                   key_not_supported(r2.gpu, KEY_NVLINK))
+                     ? 5u
+                     : 0u;
+    return leave(NVML_SUCCESS);
+}
+
+/* Control: GPU index's clock event reasons (mask >= 0), or the default (< 0). */
+void fake_nvml_set_clock_events(unsigned index, long long mask)
+{
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    if (index >= MAX_GPUS) {
+        snprintf(g_last_error, sizeof g_last_error,
+                 "set_clock_events: GPU index %u out of range", index);
+    } else {
+        g_clock_events_set[index] = mask >= 0;
+        g_clock_events_ovr[index] = mask >= 0 ? (unsigned long long)mask : 0;
+    }
+    pthread_mutex_unlock(&g_lock);
 }
 
 /*
@@ -2416,6 +3197,8 @@ void fake_nvml_reset(void)
     memset(g_procs_ovr, 0, sizeof g_procs_ovr);
     memset(g_pu_last_seen, 0, sizeof g_pu_last_seen);
     memset(g_pu_newest, 0, sizeof g_pu_newest);
+    memset(g_clock_events_set, 0, sizeof g_clock_events_set);
+    events_reset();
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -2438,6 +3221,7 @@ void fake_nvml_set_lost(unsigned index, int lost)
                  "set_lost: GPU index %u out of range", index);
     else
         g_lost_ovr[index] = lost ? 1 : 0;
+    events_wake(); /* a waiter on a set with this GPU answers GPU_IS_LOST */
     pthread_mutex_unlock(&g_lock);
 }
 

@@ -204,6 +204,7 @@ def check_gpu(i: int) -> None:
     expect("nvmlDeviceGetFieldValues (id, rc, type, value)", got, want)
     expect("  timestamps set", all(v.timestamp > 1_600_000_000_000_000 for v in fv), True)
     expect("nvmlDeviceGetPcieReplayCounter", pynvml.nvmlDeviceGetPcieReplayCounter(h), i)
+    check_throttling_limits_and_labels(h, i)
     for name in (
         "nvmlDeviceGetComputeRunningProcesses",
         "nvmlDeviceGetGraphicsRunningProcesses",
@@ -244,6 +245,61 @@ def check_gpu(i: int) -> None:
     )
     gpm = pynvml.nvmlGpmQueryDeviceSupport(h)
     expect("nvmlGpmQueryDeviceSupport", (gpm.version, gpm.isSupportedDevice), (1, 0))
+
+
+def check_throttling_limits_and_labels(h: Any, i: int) -> None:
+    """Violation times, clock events, retired pages, licence, power limits, fan, pstate,
+    inforom, brand and NVLink field values of GPU i (issue 12's fields)."""
+    expect("nvmlDeviceGetViolationStatus policies 0-5, 10, 11 (ns)",
+           [pynvml.nvmlDeviceGetViolationStatus(h, p).violationTime
+            for p in (0, 1, 2, 3, 4, 5, 10, 11)],
+           [1_000_000 * (p + 1) + 1000 * i for p in (0, 1, 2, 3, 4, 5, 10, 11)])
+    expect("  referenceTime set",
+           pynvml.nvmlDeviceGetViolationStatus(h, 0).referenceTime > 1_600_000_000_000_000, True)
+    expect_error("nvmlDeviceGetViolationStatus(policy 6)", pynvml.NVMLError_InvalidArgument,
+                 lambda: pynvml.nvmlDeviceGetViolationStatus(h, 6))
+    expect("nvmlDeviceGetCurrentClocksEventReasons",
+           pynvml.nvmlDeviceGetCurrentClocksEventReasons(h), 0x4 if i % 2 else 0x1)
+    expect("nvmlDeviceGetRetiredPages(SBE, DBE)",
+           (pynvml.nvmlDeviceGetRetiredPages(h, 0), pynvml.nvmlDeviceGetRetiredPages(h, 1)),
+           ([0x1000 * (k + 1) for k in range(i + 1)], [0x1000 * (k + 1) + 1 for k in range(i)]))
+    expect("nvmlDeviceGetRetiredPagesPendingStatus",
+           pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h), i % 2)
+    lic = pynvml.nvmlDeviceGetGridLicensableFeatures(h)
+    feature = lic.gridLicensableFeatures[0]
+    expect("nvmlDeviceGetGridLicensableFeatures (supported, count, code, state)",
+           (lic.isGridLicenseSupported, lic.licensableFeaturesCount, feature.featureCode,
+            feature.featureState),
+           (0, 0, 0, 0) if i % 3 == 2 else (1, 1, 1, 1 if i % 3 == 0 else 0))
+    expect("power limit / enforced / default / constraints (mW)",
+           (pynvml.nvmlDeviceGetPowerManagementLimit(h),
+            pynvml.nvmlDeviceGetEnforcedPowerLimit(h),
+            pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h),
+            pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h)),
+           (699500 - 100000 * (i % 5), 699500 - 100000 * (i % 5), 700000, [200000, 700000]))
+    expect("nvmlDeviceGetFanSpeed", pynvml.nvmlDeviceGetFanSpeed(h), 30 + i)
+    expect("nvmlDeviceGetPerformanceState", pynvml.nvmlDeviceGetPerformanceState(h),
+           8 if i % 2 else 0)
+    expect("nvmlDeviceGetBrand", pynvml.nvmlDeviceGetBrand(h), 2 if i % 2 else 14)
+    expect("nvmlDeviceGetInforomVersion OEM/ECC/POWER",
+           [pynvml.nvmlDeviceGetInforomVersion(h, o) for o in range(3)], ["2.1", "7.16", "1.1"])
+    expect_error("nvmlDeviceGetInforomVersion(DEN)", pynvml.NVMLError_NotSupported,
+                 lambda: pynvml.nvmlDeviceGetInforomVersion(h, 3))
+    expect("nvmlDeviceGetInforomImageVersion", pynvml.nvmlDeviceGetInforomImageVersion(h),
+           "G520.0200.00.05")
+    fv = pynvml.nvmlDeviceGetFieldValues(h, [38, 45, 52, 59, (139, 0), (138, 0), (139, 17),
+                                             (139, 0xFFFFFFFF), (139, 18)])
+    expect("NVLink error totals 38/45/52/59 (rc, type, value)",
+           [(v.nvmlReturn, v.valueType, v.value.ullVal) for v in fv[:4]],
+           [(0, 3, 10 + i), (0, 3, 20 + i), (0, 3, 30 + i), (0, 3, 40 + i)])
+    rx0, tx0, rx17, rx_all = (v.value.ullVal for v in fv[4:8])
+    elapsed = rx0 // (1 + i)
+    expect("NVLink KiB counters: RX/TX link 0, RX link 17, RX all links (KiB per us)",
+           (rx0 % (1 + i), tx0, rx17, rx_all),
+           (0, 2 * rx0, (18 + i) * elapsed, (18 * (1 + i) + 153) * elapsed))
+    expect("  link 18: per-field INVALID_ARGUMENT", fv[8].nvmlReturn, 2)
+    expect_error("nvmlDeviceGetP2PStatus(self)", pynvml.NVMLError_InvalidArgument,
+                 lambda: pynvml.nvmlDeviceGetP2PStatus(h, h, 2))
 
 
 def check_defaults(fake: FakeNvml) -> None:
@@ -346,8 +402,19 @@ def check_not_supported_keys(fake: FakeNvml) -> None:
         "serial": lambda: pynvml.nvmlDeviceGetSerial(h),
         "vbios": lambda: pynvml.nvmlDeviceGetVbiosVersion(h),
         "proc_util": lambda: proc_util_or_none(h),
+        "violation": lambda: pynvml.nvmlDeviceGetViolationStatus(h, 0),
+        "clock_events": lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+        "retired": lambda: pynvml.nvmlDeviceGetRetiredPages(h, 0),
+        "license": lambda: pynvml.nvmlDeviceGetGridLicensableFeatures(h),
+        "power_limit": lambda: pynvml.nvmlDeviceGetPowerManagementLimit(h),
+        "fan": lambda: pynvml.nvmlDeviceGetFanSpeed(h),
+        "pstate": lambda: pynvml.nvmlDeviceGetPerformanceState(h),
+        "inforom": lambda: pynvml.nvmlDeviceGetInforomImageVersion(h),
+        "brand": lambda: pynvml.nvmlDeviceGetBrand(h),
+        "p2p": lambda: pynvml.nvmlDeviceGetP2PStatus(h, pynvml.nvmlDeviceGetHandleByIndex(1), 2),
     }
-    expect("keys cover all probes + memtemp", sorted(fake.keys), sorted([*probes, "memtemp"]))
+    expect("keys cover all probes + memtemp, nvlink", sorted(fake.keys),
+           sorted([*probes, "memtemp", "nvlink"]))
     for key, probe in probes.items():
         fake.set_not_supported(0, key)
         expect_error(f"{key} on", pynvml.NVMLError_NotSupported, probe)
@@ -368,10 +435,46 @@ def check_not_supported_keys(fake: FakeNvml) -> None:
     fake.set_not_supported(0, "memtemp")
     fv = pynvml.nvmlDeviceGetFieldValues(h, [82, 3])
     expect("memtemp on: per-field rc of 82 / of 3", (fv[0].nvmlReturn, fv[1].nvmlReturn), (3, 0))
-    expect_error("unknown key", ValueError, lambda: fake.set_not_supported(0, "fan"))
+    fake.set_not_supported(0, "memtemp", False)
+    fake.set_not_supported(0, "retired")
+    expect_error("retired on: pending status too", pynvml.NVMLError_NotSupported,
+                 lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h))
+    fake.set_not_supported(0, "power_limit")
+    expect_error("power_limit on: enforced, default, constraints too",
+                 pynvml.NVMLError_NotSupported,
+                 lambda: (pynvml.nvmlDeviceGetEnforcedPowerLimit(h),
+                          pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h),
+                          pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h)))
+    fake.set_not_supported(0, "inforom")
+    expect_error("inforom on: nvmlDeviceGetInforomVersion too", pynvml.NVMLError_NotSupported,
+                 lambda: pynvml.nvmlDeviceGetInforomVersion(h, 0))
+    h1 = pynvml.nvmlDeviceGetHandleByIndex(1)
+    expect("nvmlDeviceGetP2PStatus 1 -> 0, indexes 0-4 (nvlink off)",
+           [pynvml.nvmlDeviceGetP2PStatus(h1, h, k) for k in range(5)], [0] * 5)
+    expect_error("nvmlDeviceGetP2PStatus(index 5)", pynvml.NVMLError_InvalidArgument,
+                 lambda: pynvml.nvmlDeviceGetP2PStatus(h1, h, 5))
+    fake.set_not_supported(0, "nvlink")
+    fv = pynvml.nvmlDeviceGetFieldValues(h, [38, 45, 52, 59, (139, 0), (138, 0xFFFFFFFF), 82])
+    expect("nvlink on: per-field rc of 38/45/52/59/139/138 / of 82",
+           [v.nvmlReturn for v in fv], [3, 3, 3, 3, 3, 3, 0])
+    expect("nvlink on: P2P status NVLINK / PCI (5 = NotSupported)",
+           [pynvml.nvmlDeviceGetP2PStatus(h1, h, k) for k in (2, 4)], [5, 0])
+    fake.set_not_supported(1, "p2p")
+    expect_error("p2p on GPU 1: asked from GPU 0 too", pynvml.NVMLError_NotSupported,
+                 lambda: pynvml.nvmlDeviceGetP2PStatus(h, h1, 4))
+    fake.set_clock_events(0, 0x8 | 0x20)
+    expect("set_clock_events(0, 0x28)", pynvml.nvmlDeviceGetCurrentClocksEventReasons(h), 0x28)
+    fake.set_clock_events(0, None)
+    expect("set_clock_events(0, None): default",
+           pynvml.nvmlDeviceGetCurrentClocksEventReasons(h), 0x1)
+    fake.set_clock_events(1, 0x4000)
+    expect_error("unknown key", ValueError, lambda: fake.set_not_supported(0, "nope"))
     fake.reset()
     expect("reset clears overrides: power", pynvml.nvmlDeviceGetPowerUsage(h), 16365)
     expect("reset zeroes counters", fake.calls("nvmlDeviceGetHandleByIndex_v2"), 0)
+    expect("reset clears overrides: clock events",
+           pynvml.nvmlDeviceGetCurrentClocksEventReasons(pynvml.nvmlDeviceGetHandleByIndex(1)),
+           0x4)
 
 
 def check_env_config(fake: FakeNvml) -> None:
@@ -741,6 +844,81 @@ def check_processes(fake: FakeNvml) -> None:
     pynvml.nvmlShutdown()
 
 
+def check_events(fake: FakeNvml) -> None:
+    section("event sets: XIDs")
+    xid = pynvml.nvmlEventTypeXidCriticalError
+    set_env(GPU_COUNT="2", XIDS="1:31,1:43")
+    fake.reset()
+    expect_error("nvmlEventSetCreate before init", pynvml.NVMLError_Uninitialized,
+                 pynvml.nvmlEventSetCreate)
+    pynvml.nvmlInit()
+    h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+    h1 = pynvml.nvmlDeviceGetHandleByIndex(1)
+    expect("supported event types (an H100's)", hex(pynvml.nvmlDeviceGetSupportedEventTypes(h0)),
+           "0xff9f")
+    es = pynvml.nvmlEventSetCreate()
+    expect("event_sets()", fake.event_sets(), 1)
+    t0 = time.monotonic()
+    expect_error("idle wait: TIMEOUT", pynvml.NVMLError_Timeout,
+                 lambda: pynvml.nvmlEventSetWait_v2(es, 100))
+    expect("waited ~100 ms", 0.09 <= time.monotonic() - t0 < 0.5, True)
+    pynvml.nvmlDeviceRegisterEvents(h0, xid, es)
+    expect("inject_xid(0, 79) reaches 1 set", fake.inject_xid(0, 79), 1)
+    expect("inject on an unregistered GPU: dropped", fake.inject_xid(1, 13), 0)
+    data = pynvml.nvmlEventSetWait_v2(es, 0)
+    expect("event (type, data, gi, ci)",
+           (data.eventType, data.eventData, data.gpuInstanceId, data.computeInstanceId),
+           (xid, 79, 0xFFFFFFFF, 0xFFFFFFFF))
+    expect("event device = the GPU's handle", addr(data.device) == addr(h0), True)
+    pynvml.nvmlDeviceRegisterEvents(h1, xid, es)
+    expect("FAKE_NVML_XIDS queued at registration",
+           [pynvml.nvmlEventSetWait_v2(es, 0).eventData for _ in range(2)], [31, 43])
+    expect("event_registrations(1)", fake.event_registrations(1), 1)
+
+    def later(delay: float, fn: Callable[[], object]) -> None:
+        threading.Timer(delay, fn).start()
+
+    later(0.1, lambda: fake.inject_xid(1, 48))
+    t0 = time.monotonic()
+    data = pynvml.nvmlEventSetWait_v2(es, 5000)
+    expect("a blocked waiter wakes for an injected XID",
+           (data.eventData, time.monotonic() - t0 < 1.0), (48, True))
+    later(0.1, lambda: fake.set_lost(1))
+    expect_error("GPU lost during a wait: GPU_IS_LOST", pynvml.NVMLError_GpuIsLost,
+                 lambda: pynvml.nvmlEventSetWait_v2(es, 5000))
+    expect_error("register a lost GPU", pynvml.NVMLError_GpuIsLost,
+                 lambda: pynvml.nvmlDeviceRegisterEvents(h1, xid, es))
+    fake.set_lost(1, False)
+    fake.set_event_types(1, 0x7)
+    expect_error("register XIDs where unsupported", pynvml.NVMLError_NotSupported,
+                 lambda: pynvml.nvmlDeviceRegisterEvents(h1, xid, es))
+    fake.set_event_types(1, 0)
+    expect_error("no event types at all", pynvml.NVMLError_NotSupported,
+                 lambda: pynvml.nvmlDeviceGetSupportedEventTypes(h1))
+    fake.set_event_types(1, None)
+    expect_error("inject a non-bit type", ValueError, lambda: fake.inject_event(0, 0x3, 1))
+    expect_error("register into a bad set", pynvml.NVMLError_InvalidArgument,
+                 lambda: pynvml.nvmlDeviceRegisterEvents(h0, xid, None))
+    later(0.1, pynvml.nvmlShutdown)
+    expect_error("shutdown during a wait: UNINITIALIZED", pynvml.NVMLError_Uninitialized,
+                 lambda: pynvml.nvmlEventSetWait_v2(es, 5000))
+    expect("the session's sets are gone", fake.event_sets(), 0)
+    pynvml.nvmlInit()
+    expect_error("the old set in a new session: INVALID_ARGUMENT",
+                 pynvml.NVMLError_InvalidArgument, lambda: pynvml.nvmlEventSetWait_v2(es, 0))
+    es2 = pynvml.nvmlEventSetCreate()
+    expect("a new set is a new handle", addr(es2) != addr(es), True)
+    pynvml.nvmlEventSetFree(es2)
+    expect_error("free twice", pynvml.NVMLError_InvalidArgument,
+                 lambda: pynvml.nvmlEventSetFree(es2))
+    expect("calls(nvmlEventSetWait_v2)", fake.calls("nvmlEventSetWait_v2"), 8)
+    set_env(XIDS="0:x")
+    expect_error("reset() with FAKE_NVML_XIDS=0:x", ValueError, fake.reset)
+    set_env()
+    fake.reset()
+    pynvml.nvmlShutdown()
+
+
 def check_init_and_errors(fake: FakeNvml) -> None:
     section("refcount, shutdown, init errors, bad configuration")
     set_env()
@@ -776,7 +954,7 @@ def check_init_and_errors(fake: FakeNvml) -> None:
         ("GPU_COUNT", "x"),
         ("GPU_COUNT", "65"),
         ("LOST", "1,,2"),
-        ("NOT_SUPPORTED", "0:fan"),
+        ("NOT_SUPPORTED", "0:nope"),
         ("MINOR", "0=1"),
         ("MIG", "1=1:9,1:19"),
         ("DEVICE_DELAY_US", "-1"),
@@ -890,6 +1068,15 @@ def check_cost_profile(fake: FakeNvml) -> None:
                                       "nvmlDeviceGetTemperature", "nvmlDeviceGetFieldValues",
                                       "nvmlInit_v2")],
            [3900, 1300, 150, 145, 37, 10, 8, 5, 10, 0])
+    expect("on: cost of violation status, power limit, licence, inforom, fan",
+           [fake.cost_us(s) for s in ("nvmlDeviceGetViolationStatus",
+                                      "nvmlDeviceGetPowerManagementLimit",
+                                      "nvmlDeviceGetGridLicensableFeatures_v4",
+                                      "nvmlDeviceGetInforomVersion", "nvmlDeviceGetFanSpeed")],
+           [700, 180, 180, 8, 5])
+    ms = thread_cpu_ms(lambda: pynvml.nvmlDeviceGetViolationStatus(h, 0))
+    show("on: ViolationStatus thread CPU ms", f"{ms:.3f}")
+    expect("on: ViolationStatus >= 0.6 ms", ms >= 0.6, True)
     expect("on: field costs 83, 94, 3",
            [fake.field_cost_us(f) for f in (83, 94, 3)], [3900, 145, 0])
     ms = thread_cpu_ms(lambda: pynvml.nvmlDeviceGetFieldValues(h, [82, 83, 94]))
@@ -1055,6 +1242,7 @@ def main() -> int:
         check_env_config(fake)
         pynvml.nvmlShutdown()
         check_processes(fake)
+        check_events(fake)
         check_init_and_errors(fake)
         check_delay_and_threads(fake)
         check_cost_profile(fake)

@@ -128,8 +128,9 @@ def test_lost_gpu_is_isolated_counted_and_retried(
     g0, g1, g2 = snap.gpus
     assert not g1.healthy and g1.values == {}
     assert g1.identity == healthy.gpus[1].identity, "a lost GPU keeps its last known labels"
-    assert g0.values == healthy.gpus[0].values | {
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": g0.values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]}
+    moving = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"} | {  # NVLink bandwidth: 0, then a rate
+        name for name in g0.values if name.startswith("DCGM_FI_DEV_NVLINK_BANDWIDTH_")}
+    assert g0.values == healthy.gpus[0].values | {name: g0.values[name] for name in moving}
     assert g2.healthy and g2.values["DCGM_FI_DEV_GPU_TEMP"] == 32
     assert [(e.reason, e.gpu_index) for e in snap.errors] == [("GpuIsLost", 1)]
     fake.set_lost(1, False)

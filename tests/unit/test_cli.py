@@ -265,7 +265,7 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     assert compat, out
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
-    assert len(ignored) == 33  # pod-label flags (issue 10) and DRA (issue 11) implemented
+    assert len(ignored) == 31  # pod labels (issue 10), DRA (11), XID and clock windows (12)
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
@@ -317,3 +317,22 @@ def test_slow_fields_interval() -> None:
     assert config.slow_fields_interval_ms == 120000
     with pytest.raises(UsageError, match="slow-fields interval -5 ms is negative"):
         parse_config(["--slow-fields-interval=-5"], {})
+
+
+def test_hostname_label_name_flag() -> None:
+    from gpu_enricher.names import Hostname, hostname_pair
+
+    config, warnings = parse_config([], {"NODE_NAME": "n1"})
+    assert isinstance(config.hostname, Hostname) and config.hostname == "n1"
+    assert hostname_pair(config.hostname) == ("Hostname", "n1") and warnings == []
+    config, _ = parse_config(["--hostname-label-name", "hostname"], {"NODE_NAME": "n1"})
+    assert config.hostname is not None and hostname_pair(config.hostname) == ("hostname", "n1")
+    config, _ = parse_config([], {"NODE_NAME": "n1",
+                                  "GPU_ENRICHER_HOSTNAME_LABEL_NAME": "hostname"})
+    assert config.hostname is not None and hostname_pair(config.hostname) == ("hostname", "n1")
+    config, _ = parse_config(["-n", "--hostname-label-name=hostname"], {})
+    assert config.hostname is None, "--no-hostname still drops it"
+    with pytest.raises(UsageError, match="GPU_ENRICHER_HOSTNAME_LABEL_NAME=HOSTNAME: invalid "
+                                         "hostname label name 'HOSTNAME': expected Hostname or"):
+        parse_config([], {"GPU_ENRICHER_HOSTNAME_LABEL_NAME": "HOSTNAME"})
+    assert "--hostname-label-name Hostname|hostname" in build_parser().format_help()

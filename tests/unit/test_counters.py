@@ -4,8 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from gpu_enricher.counters import CountersFileError, load_counters, parse_counters, plan_counters
+from gpu_enricher.counters import (
+    CountersFileError,
+    load_counters,
+    parse_counters,
+    plan_counters,
+    value_field,
+)
+from gpu_enricher.dcgm_catalog import DCGM_FIELD_IDS
 from gpu_enricher.fields import IMPLEMENTED
+from gpu_enricher.legacy_names import LEGACY_FIELDS
 from tests.reference import dcgm_counters_csv
 
 BUNDLED_CSV = Path(__file__).parents[2] / "src" / "gpu_enricher" / "default-counters.csv"
@@ -63,7 +71,7 @@ def test_dcgm_exporters_own_default_file_loads_unchanged() -> None:
     plan, warnings = plan_counters(lines, frozenset(IMPLEMENTED), "simulated")
     # Fields dcgm-exporter knows that we do not implement are skipped, each with its line.
     skipped = {w.split(": ")[1].split()[0] for w in warnings}
-    assert "DCGM_FI_DEV_XID_ERRORS" in skipped
+    assert skipped == {c.field for c in lines if value_field(c.field) is None}
     assert all(w.startswith(f"{reference_csv}:") for w in warnings)
     assert {m.name for m in plan.metrics} >= {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}
     assert plan.label_fields == ("DCGM_FI_DRIVER_VERSION",)
@@ -101,3 +109,148 @@ def test_plan_skips_undeliverable_text_metrics_and_duplicates_with_line() -> Non
     assert warnings[1].startswith("x.csv:2: DCGM_FI_DRIVER_VERSION is text")
     assert warnings[2].startswith("x.csv:4: DCGM_FI_DEV_GPU_TEMP already listed at x.csv:3")
     assert len(warnings) == 3
+
+
+# dcgm-exporter's etc/1.x-compatibility-metrics.csv, as its lines stand (names, types, which are
+# commented out; `dcgm_fi_prof_pcie_{tx,rx}_bytes` are listed twice), help texts shortened.
+LEGACY_CSV = """\
+# Format
+# DCGM FIELD, Prometheus metric type, help message
+
+# Clocks
+dcgm_sm_clock,     gauge, SM clock (in MHz).
+dcgm_memory_clock, gauge, Memory clock (in MHz).
+dcgm_memory_temp, gauge, Memory temperature (in C).
+dcgm_gpu_temp,    gauge, GPU temperature (in C).
+dcgm_power_usage,              gauge, Power draw (in W).
+dcgm_total_energy_consumption, counter, Total energy since boot (in mJ).
+dcgm_fi_prof_pcie_tx_bytes,  counter, PCIe TX via NVML.
+dcgm_fi_prof_pcie_rx_bytes,  counter, PCIe RX via NVML.
+dcgm_pcie_replay_counter, counter, PCIe retries.
+dcgm_gpu_utilization,      gauge, GPU utilization (in %).
+dcgm_mem_copy_utilization, gauge, Memory utilization (in %).
+dcgm_enc_utilization,      gauge, Encoder utilization (in %).
+dcgm_dec_utilization,      gauge, Decoder utilization (in %).
+dcgm_xid_errors,            gauge, Last XID error.
+# dcgm_power_violation,       counter, Power throttling (in us).
+# dcgm_thermal_violation,     counter, Thermal throttling (in us).
+# dcgm_sync_boost_violation,  counter, Sync-boost throttling (in us).
+# dcgm_board_limit_violation, counter, Board-limit throttling (in us).
+# dcgm_low_util_violation,    counter, Low-utilization throttling (in us).
+# dcgm_reliability_violation, counter, Reliability throttling (in us).
+dcgm_fb_free, gauge, Framebuffer free (in MiB).
+dcgm_fb_used, gauge, Framebuffer used (in MiB).
+# dcgm_ecc_sbe_volatile_total,  counter, SBE volatile.
+# dcgm_ecc_dbe_volatile_total,  counter, DBE volatile.
+# dcgm_ecc_sbe_aggregate_total, counter, SBE aggregate.
+# dcgm_ecc_dbe_aggregate_total, counter, DBE aggregate.
+# dcgm_retired_pages_sbe,     counter, Retired pages (SBE).
+# dcgm_retired_pages_dbe,     counter, Retired pages (DBE).
+# dcgm_retired_pages_pending, counter, Pages pending retirement.
+# dcgm_nvlink_flit_crc_error_count_total, counter, NVLink flow-control CRC errors.
+# dcgm_nvlink_data_crc_error_count_total, counter, NVLink data CRC errors.
+# dcgm_nvlink_replay_error_count_total,   counter, NVLink retries.
+# dcgm_nvlink_recovery_error_count_total, counter, NVLink recovery errors.
+dcgm_nvlink_bandwidth_total,            counter, NVLink bandwidth for all lanes
+dcgm_fi_prof_gr_engine_active,   gauge, Graphics engine active (in %).
+# dcgm_fi_prof_sm_active,          gauge, SM active (in %).
+# dcgm_fi_prof_sm_occupancy,       gauge, SM occupancy (in %).
+dcgm_fi_prof_pipe_tensor_active, gauge, Tensor pipe active (in %).
+dcgm_fi_prof_dram_active,        gauge, DRAM active (in %).
+dcgm_fi_prof_pcie_tx_bytes,      counter, PCIe TX bytes.
+dcgm_fi_prof_pcie_rx_bytes,      counter, PCIe RX bytes.
+"""
+
+
+def _commented_in(text: str) -> list[str]:
+    return [line.lstrip("# ").split(",")[0] for line in text.splitlines()
+            if line.startswith("# dcgm_")]
+
+
+def test_dcgm_1x_compatibility_file_loads_unchanged_under_its_own_names() -> None:
+    lines = parse_counters(LEGACY_CSV, "1.x-compatibility-metrics.csv")
+    assert all(c.field in LEGACY_FIELDS for c in lines)
+    plan, warnings = plan_counters(lines, frozenset(IMPLEMENTED), "simulated")
+    # Each series is named as the file names it and carries the value of the field it maps to.
+    assert all(m.field == value_field(m.name) for m in plan.metrics)
+    names = [m.name for m in plan.metrics]
+    assert {"dcgm_sm_clock", "dcgm_gpu_temp", "dcgm_power_usage", "dcgm_gpu_utilization",
+            "dcgm_fb_used", "dcgm_fi_prof_gr_engine_active"} <= set(names)
+    assert {(m.name, m.field) for m in plan.metrics} >= {
+        ("dcgm_sm_clock", "DCGM_FI_DEV_SM_CLOCK"), ("dcgm_memory_clock", "DCGM_FI_DEV_MEM_CLOCK"),
+        ("dcgm_fb_free", "DCGM_FI_DEV_FB_FREE"),
+        ("dcgm_fi_prof_dram_active", "DCGM_FI_PROF_DRAM_ACTIVE")}
+    assert plan.sampled_fields == {m.field for m in plan.metrics}
+    # Every active line is either planned or skipped with one warning naming its line.
+    planned = set(names)
+    skipped = {w.split(": ")[1].split()[0] for w in warnings}
+    assert {c.field for c in lines} == planned | skipped
+    assert all(w.startswith("1.x-compatibility-metrics.csv:") for w in warnings)
+    assert any("dcgm_fi_prof_pcie_tx_bytes already listed at" in w for w in warnings)
+    not_implemented = [w for w in warnings if "not implement yet" in w]
+    assert all("(DCGM 1.x name of DCGM_FI_" in w for w in not_implemented)
+    # The same file with every commented line switched on still loads: every name is known.
+    every = LEGACY_CSV.replace("# dcgm_", "dcgm_")
+    assert len(parse_counters(every, "all.csv")) == len(lines) + len(_commented_in(LEGACY_CSV))
+
+
+# go-dcgm's legacy field table (pkg/dcgm/legacy_fields.csv): name → DCGM field id.
+LEGACY_IDS = {
+    "dcgm_sm_clock": 100, "dcgm_memory_clock": 101, "dcgm_memory_temp": 140,
+    "dcgm_gpu_temp": 150, "dcgm_power_usage": 155, "dcgm_total_energy_consumption": 156,
+    "dcgm_pcie_tx_throughput": 200, "dcgm_pcie_rx_throughput": 201,
+    "dcgm_pcie_replay_counter": 202, "dcgm_gpu_utilization": 203,
+    "dcgm_mem_copy_utilization": 204, "dcgm_enc_utilization": 206,
+    "dcgm_dec_utilization": 207, "dcgm_xid_errors": 230, "dcgm_power_violation": 240,
+    "dcgm_thermal_violation": 241, "dcgm_sync_boost_violation": 242,
+    "dcgm_board_limit_violation": 243, "dcgm_low_util_violation": 244,
+    "dcgm_reliability_violation": 245, "dcgm_fb_free": 251, "dcgm_fb_used": 252,
+    "dcgm_ecc_sbe_volatile_total": 310, "dcgm_ecc_dbe_volatile_total": 311,
+    "dcgm_ecc_sbe_aggregate_total": 312, "dcgm_ecc_dbe_aggregate_total": 313,
+    "dcgm_retired_pages_sbe": 390, "dcgm_retired_pages_dbe": 391,
+    "dcgm_retired_pages_pending": 392, "dcgm_nvlink_flit_crc_error_count_total": 409,
+    "dcgm_nvlink_data_crc_error_count_total": 419, "dcgm_nvlink_replay_error_count_total": 429,
+    "dcgm_nvlink_recovery_error_count_total": 439, "dcgm_nvlink_bandwidth_total": 449,
+    "dcgm_fi_prof_gr_engine_active": 1001, "dcgm_fi_prof_sm_active": 1002,
+    "dcgm_fi_prof_sm_occupancy": 1003, "dcgm_fi_prof_pipe_tensor_active": 1004,
+    "dcgm_fi_prof_dram_active": 1005, "dcgm_fi_prof_pcie_tx_bytes": 1009,
+    "dcgm_fi_prof_pcie_rx_bytes": 1010,
+}
+
+
+def test_legacy_table_maps_each_name_to_the_field_of_its_dcgm_id() -> None:
+    assert {name: DCGM_FIELD_IDS[field] for name, field in LEGACY_FIELDS.items()} == LEGACY_IDS
+    assert set(_commented_in(LEGACY_CSV)) <= set(LEGACY_FIELDS)
+    # Whatever spelling fields.py implements a field under, its legacy name resolves to it.
+    for name, field in LEGACY_FIELDS.items():
+        spellings = {n for n, i in DCGM_FIELD_IDS.items() if i == DCGM_FIELD_IDS[field]}
+        resolved = value_field(name)
+        assert (resolved is not None) == bool(spellings & set(IMPLEMENTED)), name
+        assert resolved is None or resolved in spellings
+
+
+def test_other_spellings_of_an_implemented_field_export_under_their_own_name() -> None:
+    lines = parse_counters(
+        "DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, t\n"  # DCGM 4.6's name of DCGM_FI_DEV_GPU_TEMP
+        "DCGM_FI_DEV_GPU_TEMP, gauge, t again\n"  # a different series name: both export
+        "DCGM_FI_SYSTEM_DRIVER_VERSION, label, d\n"
+        "dcgm_gpu_temp, label, legacy as label\n",
+        "a.csv",
+    )
+    plan, warnings = plan_counters(lines, frozenset(IMPLEMENTED), "nvml")
+    assert [(m.name, m.field) for m in plan.metrics] == [
+        ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "DCGM_FI_DEV_GPU_TEMP"),
+        ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP")]
+    assert plan.label_fields == ()
+    assert warnings == (
+        "a.csv:3: DCGM_FI_SYSTEM_DRIVER_VERSION as a 'label' field must be spelled "
+        "DCGM_FI_DRIVER_VERSION; skipped",
+        "a.csv:4: dcgm_gpu_temp (DCGM 1.x name of DCGM_FI_DEV_GPU_TEMP) as a 'label' field must "
+        "be spelled DCGM_FI_DEV_GPU_TEMP; skipped")
+
+
+def test_unknown_lowercase_name_is_an_error() -> None:
+    with pytest.raises(CountersFileError, match=r"x\.csv:1: unknown field 'dcgm_sm_clocks'.*1\.x"):
+        parse_counters("dcgm_sm_clocks, gauge, typo\n", "x.csv")
+    with pytest.raises(CountersFileError, match="unknown field 'DCGM_SM_CLOCK'"):
+        parse_counters("DCGM_SM_CLOCK, gauge, upper-cased legacy name\n", "x.csv")

@@ -36,6 +36,8 @@ def pod(labels: dict[str, str], uid: str = UID) -> PodMeta:
         ("gpu", "pod_label_gpu"),
         ("UUID", "pod_label_UUID"),
         ("Hostname", "pod_label_Hostname"),
+        # Either spelling of the host label (--hostname-label-name), whichever is chosen.
+        ("hostname", "pod_label_hostname"),
         ("modelName", "pod_label_modelName"),
         ("pci_bus_id", "pod_label_pci_bus_id"),
         ("device", "pod_label_device"),
@@ -48,7 +50,7 @@ def pod(labels: dict[str, str], uid: str = UID) -> PodMeta:
         ("pod.uid", "pod_label_pod_uid"),  # collides only after sanitising
         # Case matters: these are not the reserved names.
         ("uuid", "uuid"),
-        ("hostname", "hostname"),
+        ("HOSTNAME", "HOSTNAME"),
         ("POD", "POD"),
         # Names Prometheus would reject or reserve.
         ("2fa", "pod_label_2fa"),

@@ -17,6 +17,7 @@ from gpu_enricher.model import (
     PodAssignment,
     SourceHealth,
 )
+from gpu_enricher.names import Hostname
 from gpu_enricher.ownmetrics import OwnMetrics
 from gpu_enricher.render import Exposition, Family, Sample, format_value, label_pairs
 from gpu_enricher.selfmetrics import allocation_family, self_families
@@ -249,3 +250,39 @@ def test_allocation_info_lists_every_holder() -> None:
         'device_id="MIG-bbb::1",gpu="1",namespace="web",pod="infer-b",'
         'resource="nvidia.com/mig-1g.10gb"} 1.0',
     ]
+
+
+LEGACY_CSV = """
+dcgm_gpu_temp, gauge, GPU temperature (in C).
+dcgm_power_usage, gauge, Power draw (in W).
+dcgm_fb_used, gauge, Framebuffer memory used (in MiB).
+DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
+DCGM_FI_DRIVER_VERSION, label, Driver Version
+"""
+
+
+def test_legacy_names_export_under_their_own_name_with_the_fields_values() -> None:
+    plan, warnings = plan_counters(parse_counters(LEGACY_CSV, "1.x.csv"),
+                                   frozenset(IMPLEMENTED), "test")
+    assert warnings == ()
+    text = Exposition.from_families(dcgm_families(snapshot(), plan, "node-a")).text.decode()
+    assert f"# TYPE dcgm_gpu_temp gauge\ndcgm_gpu_temp{{{ID0}}} 30\n" in text
+    assert f"dcgm_power_usage{{{ID0}}} 16.365000\ndcgm_power_usage{{{MIG1}}} 70.000000\n" in text
+    assert f"dcgm_fb_used{{{MIG1}}} 100\n" in text, "MIG instance values, as the field's"
+    assert f"DCGM_FI_DEV_GPU_TEMP{{{ID0}}} 30\n" in text, "both names, one reading"
+    parsed = {f.name: f for f in parse_om(
+        Exposition.from_families(dcgm_families(snapshot(), plan, "node-a")).openmetrics.decode())}
+    assert parsed["dcgm_power_usage"].samples[0].value == 16.365
+
+
+def test_hostname_label_name_is_chosen_in_place_everywhere() -> None:
+    plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
+    lower = Hostname("node-a", "hostname")
+    text = Exposition.from_families(dcgm_families(snapshot(), plan, lower)).text.decode()
+    assert GOLDEN.replace('Hostname="node-a"', 'hostname="node-a"') == text
+    assert "Hostname" not in text
+    assert Exposition.from_families(
+        dcgm_families(snapshot(), plan, Hostname("node-a"))).text.decode() == GOLDEN
+    own = {f.name: f for f in self_families(snapshot(), {}, lower, "test")}
+    assert all(s.labels["hostname"] == "node-a" and "Hostname" not in s.labels
+               for s in own["gpu_enricher_gpu_up"].samples)
