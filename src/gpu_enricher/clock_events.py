@@ -35,6 +35,7 @@ class ClockEventSource:
         self._clock = clock
         self._counts = ClockEventCounts()
         self._passes = 0
+        self._up = False  # a pass with at least one answering GPU was recorded
 
     @staticmethod
     def sampled_fields(planned: Iterable[str]) -> frozenset[str]:
@@ -46,6 +47,7 @@ class ClockEventSource:
         pass
 
     async def refresh(self, gpus: NodeSnapshot | None) -> None:
+        self._up = gpus is not None and any(g.healthy for g in gpus.gpus)
         if gpus is None:
             return
         now = self._clock()
@@ -58,7 +60,7 @@ class ClockEventSource:
         return self._counts
 
     def health(self) -> SourceHealth:
-        return SourceHealth(up=True, collections=self._passes)
+        return SourceHealth(up=self._up, collections=self._passes)
 
     def families(self) -> list[Metric]:
         return []

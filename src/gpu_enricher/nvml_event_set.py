@@ -102,6 +102,7 @@ class EventSetWatcher:
         self._reported: set[tuple[str, str]] = set()
         self._was_armed = False
         self._invalid_streak = 0
+        self._unblamed = 0.0  # the last backoff after a GPU_IS_LOST no GPU owned up to
 
     def run(self) -> None:
         """The thread's body: until `stop` is set, keep a set armed and wait on it."""
@@ -148,8 +149,9 @@ class EventSetWatcher:
             self._shared.armed = True
             if self._was_armed:
                 self._shared.rearms += 1
-        if self._was_armed:
-            log.info("XID events watched again (%d GPUs of %d)", len(watch.handles), count)
+        if self._was_armed:  # once per change of the watched set, not on every re-arm
+            self._once(("rearmed", str(len(watch.handles))), logging.INFO,
+                       "XID events watched again (%d GPUs of %d)", len(watch.handles), count)
         self._was_armed = True
         self._reported.discard(("nvml", "gone"))
         return True
@@ -293,8 +295,14 @@ class EventSetWatcher:
         for uuid in sorted(lost):
             self._once((uuid, "GpuIsLost"), logging.WARNING,
                        "GPU %s is lost: its XIDs are not watched until it answers again", uuid)
-        if not lost:  # nobody owns up: do not spin on a set that keeps answering so
-            self._stop.wait(BACKOFF_INITIAL_SECONDS)
+        if not lost:
+            # Nobody owns up (a driver may answer GetUUID from its cache for a GPU that fell
+            # off the bus): back off, doubling up to retry_seconds, rather than re-arm at once.
+            self._unblamed = min(self.retry_seconds, max(BACKOFF_INITIAL_SECONDS,
+                                                         2 * self._unblamed))
+            self._stop.wait(self._unblamed)
+        else:
+            self._unblamed = 0.0
         self._drop(watch)
         watch.excluded = lost
         watch.retry_at = self._clock() + self.retry_seconds

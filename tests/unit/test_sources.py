@@ -83,3 +83,18 @@ async def test_a_broken_source_is_counted_and_every_source_is_closed() -> None:
     assert sources.health()["kubelet"].errors == {"own": 1, "internal": 1}
     await sources.close()
     assert broken.closed and fine.closed, "a close that raises does not skip the others"
+
+
+async def test_clock_event_counts_say_up_only_after_a_pass_with_an_answering_gpu() -> None:
+    from gpu_enricher.clock_events import ClockEventSource
+    from gpu_enricher.model import DeviceIdentity, GpuSnapshot
+
+    source = ClockEventSource(60)
+    assert not source.health().up, "no pass yet"
+    gpu = DeviceIdentity(0, "GPU-0", "00000000:18:00.0", "NVIDIA H100")
+    await source.refresh(NodeSnapshot((GpuSnapshot(gpu, values={
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0x4}),)))
+    assert source.health().up
+    assert source.snapshot().window["GPU-0"] == {"power_cap": 1}
+    await source.refresh(NodeSnapshot((GpuSnapshot(gpu, healthy=False),)))
+    assert not source.health().up, "every GPU failed this pass"
