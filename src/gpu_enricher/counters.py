@@ -16,7 +16,8 @@ from types import MappingProxyType
 from typing import Final
 
 from .dcgm_catalog import DCGM_FIELD_IDS, is_known_field
-from .fields import IMPLEMENTED, ValueFormat
+from .field_spec import ValueFormat
+from .fields import IMPLEMENTED
 from .legacy_names import LEGACY_FIELDS
 
 PROM_TYPES: Final = ("gauge", "counter", "histogram", "summary", "label")

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from . import names
 from .counters import CounterPlan
 from .devices import EMPTY_ATTRIBUTION, Attribution, EntityKey, Holder
-from .fields import EVENT_FIELDS, IMPLEMENTED, MigScope
+from .field_spec import MigScope
+from .fields import EVENT_FIELDS, IMPLEMENTED
 from .model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
 from .podlabels import NO_POLICY, PodLabelPolicy
 from .render import Family, Sample, format_value, label_pairs

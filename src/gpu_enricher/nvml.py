@@ -12,14 +12,8 @@ from typing import Any
 import pynvml
 
 from .backend import BackendUnavailable
-from .fields import (
-    EVENT_FIELDS,
-    IMPLEMENTED,
-    PROFILING_FIELDS,
-    FieldSpec,
-    GpmMetric,
-    MigScope,
-)
+from .field_spec import FieldSpec, GpmMetric, MigScope
+from .fields import EVENT_FIELDS, IMPLEMENTED, PROFILING_FIELDS
 from .model import DeviceIdentity, FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot, SampleError
 from .nvml_cadence import DEFAULT_SLOW_INTERVAL_SECONDS, SlowReadings
 from .nvml_device import (

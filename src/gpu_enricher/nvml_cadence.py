@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .fields import FieldSpec
+from .field_spec import FieldSpec
 from .model import FieldValue
 
 DEFAULT_SLOW_INTERVAL_SECONDS = 30.0

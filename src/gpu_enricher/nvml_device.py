@@ -10,7 +10,7 @@ from typing import Any, Final, Protocol
 
 import pynvml
 
-from .fields import (
+from .field_spec import (
     DeviceCall,
     FieldSpec,
     GpmMetric,

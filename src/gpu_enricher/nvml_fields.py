@@ -8,7 +8,7 @@ arithmetic is testable on its own. Runs only on the NVML thread.
 
 from typing import Final
 
-from .fields import NvlinkThroughput, NvmlFieldValue, Source
+from .field_spec import NvlinkThroughput, NvmlFieldValue, Source
 
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: Final = 138  # KiB, cumulative, per link (scope)
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: Final = 139

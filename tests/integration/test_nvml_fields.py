@@ -13,8 +13,7 @@ import pytest
 
 from gpu_enricher.collector import Collector, CollectorOptions
 from gpu_enricher.counters import load_counters, parse_counters, plan_counters
-from gpu_enricher.fields import (
-    IMPLEMENTED,
+from gpu_enricher.field_spec import (
     DeviceCall,
     GpmMetric,
     MemoryInfo,
@@ -23,6 +22,7 @@ from gpu_enricher.fields import (
     SystemCall,
     ValueFormat,
 )
+from gpu_enricher.fields import IMPLEMENTED
 from gpu_enricher.model import NodeSnapshot
 from gpu_enricher.nvml import NvmlBackend
 from gpu_enricher.nvml_fields import NvlinkRates

@@ -3,7 +3,8 @@
 import pytest
 
 from gpu_enricher.dcgm_catalog import is_known_field
-from gpu_enricher.fields import IMPLEMENTED, PROFILING_FIELDS, MemoryInfo, ValueFormat
+from gpu_enricher.field_spec import MemoryInfo, ValueFormat
+from gpu_enricher.fields import IMPLEMENTED, PROFILING_FIELDS
 from gpu_enricher.render import format_value
 
 MIB = 1 << 20

@@ -1,5 +1,5 @@
 """XID and clock-event counting and families, as dcgm-exporter 4.x prints them (xid.py,
-event_counts.py). Pure: no NVML, no clock."""
+event_families.py, event_counts.py). Pure: no NVML, no clock."""
 
 import pytest
 
@@ -23,7 +23,8 @@ from gpu_enricher.event_families import (
     xid_errors_family,
     xid_total_family,
 )
-from gpu_enricher.fields import EVENT_FIELDS, IMPLEMENTED, EventCount
+from gpu_enricher.field_spec import EventCount
+from gpu_enricher.fields import EVENT_FIELDS, IMPLEMENTED
 from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSnapshot
 from gpu_enricher.names import Hostname
 from gpu_enricher.render import render_text
