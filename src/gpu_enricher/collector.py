@@ -29,7 +29,7 @@ from .model import (
 from .news import Unmatched, report_gpu_changes
 from .ownmetrics import OwnMetrics
 from .podlabels import NO_POLICY, PodLabelPolicy
-from .query import Document
+from .query import Document, encode
 from .render import Exposition
 from .selfmetrics import allocation_family, claim_family, self_families
 from .sources import Source, SourceSet
@@ -114,6 +114,8 @@ class Collector:
         self._own = OwnMetrics()
         self.document: Document = {}
         """The query API's view of the last pass (/api/v1/gpus)."""
+        self.document_body = b"{}"
+        """`document` encoded, once per pass: the unfiltered answer is bytes ready to serve."""
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
@@ -158,6 +160,7 @@ class Collector:
             own += claim_family(joined.claims.claimed, joined.claims.unresolved)
         own += self._sources.families()
         self.document = joined.document
+        self.document_body = encode(joined.document)
         return Exposition.from_families(joined.families, self._own.render(own))
 
     # -- backend lifecycle ---------------------------------------------------------------

@@ -180,14 +180,15 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
                                       | frozenset(inputs.plan.label_fields))
                   if options.pod_policy.labels and inputs.plan.label_fields
                   else options.pod_policy)
-        usage = per_pod(processes) if _proc_usable(inputs) else None
+        sums = per_pod(processes)
+        usage = sums if _proc_usable(inputs) else None
         uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
         context = PodContext(api, policy, usage, uids)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context)
         families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context)
         if options.process_metrics:
-            families += process_families(processes, policy)
+            families += process_families(processes, policy, sums)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics)
     return CycleOutputs(families, attribution, processes, document, claims)

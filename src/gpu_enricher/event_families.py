@@ -34,9 +34,9 @@ from typing import Final, Protocol
 
 from . import names
 from .event_counts import CLOCK_EVENT_NAMES
-from .join import identity_pairs
-from .model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
-from .render import Family, Sample, format_value, label_pairs
+from .join import entity_labels, identity_pairs
+from .model import GpuInstance, GpuSnapshot, NodeSnapshot
+from .render import Family, Sample, label_pairs
 from .xid import (
     CLOCK_EVENTS_COUNT,
     CLOCK_EVENTS_TOTAL,
@@ -98,27 +98,18 @@ class _Entity:
     copies: Sequence[SeriesCopy]
 
 
-def _label_text(value: FieldValue) -> str:
-    return value if isinstance(value, str) else format_value(value)
-
-
 def _entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[_Entity]:
-    """join.py's entities: healthy GPUs, a MIG-enabled one with instances as its instances."""
+    """join.py's entities and labels: healthy GPUs, a MIG-enabled one with instances as its
+    instances."""
     result: list[_Entity] = []
     for gpu in node.gpus:
         if not gpu.healthy:
             continue
         parts: Sequence[GpuInstance | None] = (
             gpu.instances if gpu.mig_enabled and gpu.instances else (None,))
-        fields = [(name, _label_text(value)) for name in options.label_fields
-                  if (value := gpu.values.get(name)) is not None]
         for inst in parts:
-            head = identity_pairs(gpu)
-            if inst is not None:
-                head += [(names.LABEL_GPU_I_PROFILE, inst.profile),
-                         (names.LABEL_GPU_I_ID, str(inst.gpu_instance_id))]
-            if options.hostname is not None:
-                head.append(names.hostname_pair(options.hostname))
+            head, fields = entity_labels(gpu, inst, options.hostname, options.label_fields,
+                                         gpu.values)
             copies = PLAIN if options.series is None else options.series(gpu, inst)
             result.append(_Entity(gpu, head, fields, copies))
     return result
@@ -139,10 +130,11 @@ def _samples(ent: _Entity, value: str, labels: Sequence[tuple[str, str]] = (),
 
 def xid_errors_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamilyOptions, *,
                       name: str = XID_LAST, prom_type: str = "gauge",
-                      help_text: str = HELP[XID_LAST]) -> Family:
+                      help_text: str = HELP[XID_LAST],
+                      entities: Sequence[_Entity] | None = None) -> Family:
     """DCGM_FI_DEV_XID_ERRORS: the last XID, `err_code` and `err_msg`."""
     samples: list[Sample] = []
-    for ent in _entities(node, options):
+    for ent in entities if entities is not None else _entities(node, options):
         last = xids.gpu(ent.gpu.identity.uuid).last
         samples += _samples(ent, str(last), attributes=[
             (LABEL_ERR_CODE, str(last)), (LABEL_ERR_MSG, xid_message(last))])
@@ -151,11 +143,12 @@ def xid_errors_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamil
 
 def xid_count_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamilyOptions,
                      now: float, *, name: str = XID_COUNT, prom_type: str = "gauge",
-                     help_text: str = HELP[XID_COUNT]) -> Family:
+                     help_text: str = HELP[XID_COUNT],
+                     entities: Sequence[_Entity] | None = None) -> Family:
     """DCGM_EXP_XID_ERRORS_COUNT over `options.xid_window_ms` ending at `now`."""
     window = [(LABEL_WINDOW, str(options.xid_window_ms))]
     samples: list[Sample] = []
-    for ent in _entities(node, options):
+    for ent in entities if entities is not None else _entities(node, options):
         counts = xid_window_counts(xids.gpu(ent.gpu.identity.uuid), now, options.xid_window_ms)
         if not counts:
             samples += _samples(ent, "0", window)
@@ -166,10 +159,11 @@ def xid_count_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamily
 
 def xid_total_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamilyOptions, *,
                      name: str = XID_TOTAL, prom_type: str = "counter",
-                     help_text: str = HELP[XID_TOTAL]) -> Family:
+                     help_text: str = HELP[XID_TOTAL],
+                     entities: Sequence[_Entity] | None = None) -> Family:
     """DCGM_EXP_XID_ERRORS_TOTAL (dcgm-exporter main): per XID ≠ 0 since start."""
     samples: list[Sample] = []
-    for ent in _entities(node, options):
+    for ent in entities if entities is not None else _entities(node, options):
         totals = xids.gpu(ent.gpu.identity.uuid).totals
         for xid in sorted(x for x in totals if x != 0):
             samples += _samples(ent, str(totals[xid]), [(LABEL_XID, str(xid))])
@@ -202,11 +196,12 @@ ClockCounts = Mapping[str, Mapping[str, int] | None]
 def clock_events_count_family(node: NodeSnapshot, counts: ClockCounts,
                               options: EventFamilyOptions, *, name: str = CLOCK_EVENTS_COUNT,
                               prom_type: str = "gauge",
-                              help_text: str = HELP[CLOCK_EVENTS_COUNT]) -> Family:
+                              help_text: str = HELP[CLOCK_EVENTS_COUNT],
+                              entities: Sequence[_Entity] | None = None) -> Family:
     """DCGM_EXP_CLOCK_EVENTS_COUNT over `options.clock_events_window_ms`."""
     window = [(LABEL_WINDOW, str(options.clock_events_window_ms))]
     samples: list[Sample] = []
-    for ent in _entities(node, options):
+    for ent in entities if entities is not None else _entities(node, options):
         per_reason = counts.get(ent.gpu.identity.uuid)
         if per_reason is None:
             samples += _samples(ent, "0", window)
@@ -221,10 +216,11 @@ def clock_events_count_family(node: NodeSnapshot, counts: ClockCounts,
 def clock_events_total_family(node: NodeSnapshot, totals: Mapping[str, Mapping[str, int]],
                               options: EventFamilyOptions, *, name: str = CLOCK_EVENTS_TOTAL,
                               prom_type: str = "counter",
-                              help_text: str = HELP[CLOCK_EVENTS_TOTAL]) -> Family:
+                              help_text: str = HELP[CLOCK_EVENTS_TOTAL],
+                              entities: Sequence[_Entity] | None = None) -> Family:
     """DCGM_EXP_CLOCK_EVENTS_TOTAL (dcgm-exporter main): activations since start."""
     samples: list[Sample] = []
-    for ent in _entities(node, options):
+    for ent in entities if entities is not None else _entities(node, options):
         per_reason = totals.get(ent.gpu.identity.uuid, {})
         for reason in CLOCK_EVENT_NAMES:
             if reason in per_reason:
@@ -252,16 +248,23 @@ def event_families(node: NodeSnapshot, metrics: Iterable[PlannedMetric], xids: X
     """The families of the counters lines that name an event field, in their order, named,
     typed and described as the lines say. Lines of other fields are ignored."""
     families: list[Family] = []
+    ents: list[_Entity] | None = None  # built once, for the first line that needs them
     for metric in metrics:
         kw = {"name": metric.name, "prom_type": metric.prom_type, "help_text": metric.help}
+        if metric.field not in (XID_LAST, XID_COUNT, XID_TOTAL, CLOCK_EVENTS_COUNT,
+                                CLOCK_EVENTS_TOTAL):
+            continue
+        ents = ents if ents is not None else _entities(node, options)
         if metric.field == XID_LAST:
-            families.append(xid_errors_family(node, xids, options, **kw))
+            families.append(xid_errors_family(node, xids, options, **kw, entities=ents))
         elif metric.field == XID_COUNT:
-            families.append(xid_count_family(node, xids, options, now, **kw))
+            families.append(xid_count_family(node, xids, options, now, **kw, entities=ents))
         elif metric.field == XID_TOTAL:
-            families.append(xid_total_family(node, xids, options, **kw))
+            families.append(xid_total_family(node, xids, options, **kw, entities=ents))
         elif metric.field == CLOCK_EVENTS_COUNT:
-            families.append(clock_events_count_family(node, clock_counts, options, **kw))
-        elif metric.field == CLOCK_EVENTS_TOTAL:
-            families.append(clock_events_total_family(node, clock_totals, options, **kw))
+            families.append(clock_events_count_family(node, clock_counts, options, **kw,
+                                                      entities=ents))
+        else:
+            families.append(clock_events_total_family(node, clock_totals, options, **kw,
+                                                      entities=ents))
     return families

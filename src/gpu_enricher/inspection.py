@@ -15,8 +15,9 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, Final
 
+from .field_convert import MIB
+
 DEFAULT_URL: Final = "http://localhost:9400"
-MIB = 1 << 20
 
 
 class InspectError(Exception):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from . import names
 from .counters import CounterPlan
 from .devices import EMPTY_ATTRIBUTION, Attribution, EntityKey, Holder
+from .field_convert import MIB
 from .field_spec import MigScope
 from .fields import EVENT_FIELDS, IMPLEMENTED
 from .model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
@@ -15,7 +16,6 @@ from .podlabels import NO_POLICY, PodLabelPolicy
 from .render import Family, Sample, format_value, label_pairs
 from .workloads import EMPTY_INDEX, PodIndex
 
-MIB = 1 << 20
 SPLIT_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL")
 
 
@@ -75,7 +75,7 @@ def _label_text(value: FieldValue) -> str:
 Pairs = list[tuple[str, str]]
 
 
-def _entity_labels(
+def entity_labels(
     gpu: GpuSnapshot,
     instance: GpuInstance | None,
     hostname: str | None,
@@ -113,8 +113,8 @@ def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, P
 
 
 def holdings(key: EntityKey, attribution: Attribution, virtual_gpus: bool) -> list[Holder]:
-    """The holders an entity's series are repeated for: the first, or each with virtual
-    GPUs; none for a free device."""
+    """The holders an entity's series are repeated for: the first in sorted order (labels
+    never flip between scrapes), or each with virtual GPUs; none for a free device."""
     holders = attribution.holders.get(key, ())
     return list(holders) if virtual_gpus else list(holders[:1])
 
@@ -149,23 +149,21 @@ def _split(key: EntityKey, holder: Holder, pods: PodContext,
 
 
 def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey,
-                  labels: tuple[Pairs, Pairs], holders: tuple[Holder, ...], virtual_gpus: bool,
+                  labels: tuple[Pairs, Pairs], chosen: list[Holder], virtual_gpus: bool,
                   pods: PodContext) -> list[Entity]:
-    """Series of a held device carry its pod; a shared one carries either its first holder
-    (sorted: labels never flip between scrapes) or, with virtual GPUs, each holder in turn."""
+    """Series of a held device carry its pod, once per chosen holding (`holdings`)."""
     head, fields = labels
-    if not holders:
+    if not chosen:
         return [Entity(gpu, inst, _labels(head, fields, None, False, pods))]
-    if not virtual_gpus:
-        return [Entity(gpu, inst, _labels(head, fields, holders[0], False, pods))]
-    shared = len({(h.namespace, h.pod) for h in holders}) > 1
+    shared = virtual_gpus and len({(h.namespace, h.pod) for h in chosen}) > 1
     seen: set[tuple[str, str]] = set()
     result = []
-    for holder in holders:
+    for holder in chosen:
         pod = (holder.namespace, holder.pod)
         split = _split(key, holder, pods, pod not in seen) if shared else {}
         seen.add(pod)
-        result.append(Entity(gpu, inst, _labels(head, fields, holder, True, pods), split))
+        result.append(Entity(gpu, inst, _labels(head, fields, holder, virtual_gpus, pods),
+                             split))
     return result
 
 
@@ -184,9 +182,10 @@ def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
             if gpu.mig_enabled and gpu.instances else [(None, (index, None))]
         )
         for inst, key in parts:
-            labels = _entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values)
+            labels = entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values)
             result.extend(_with_holders(gpu, inst, key, labels,
-                                        attribution.holders.get(key, ()), virtual_gpus, pods))
+                                        holdings(key, attribution, virtual_gpus), virtual_gpus,
+                                        pods))
     return result
 
 

@@ -13,7 +13,7 @@ from .devices import EntityKey
 from .model import GpuInstance, GpuSnapshot
 from .podlabels import PodLabelPolicy
 from .render import Family, Sample, format_value, label_pairs
-from .workloads import GpuProcess, per_pod
+from .workloads import GpuProcess, PodUsage, per_pod
 
 P = names.SELF_PREFIX
 
@@ -39,7 +39,9 @@ def _process_labels(proc: GpuProcess, policy: PodLabelPolicy) -> str:
     return label_pairs(pairs)
 
 
-def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy) -> list[Family]:
+def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy,
+                     sums: PodUsage | None = None) -> list[Family]:
+    """`sums`: `per_pod(processes)` when the caller has it already."""
     memory: list[Sample] = []
     sm: list[Sample] = []
     unallocated: list[Sample] = []
@@ -61,8 +63,8 @@ def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy) ->
     by_key = {p.key: p for p in processes}
     pod_memory: list[Sample] = []
     pod_sm: list[Sample] = []
-    for (key, namespace, pod), (used, ratio) in sorted(per_pod(processes).items(),
-                                                       key=_pod_order):
+    sums = sums if sums is not None else per_pod(processes)
+    for (key, namespace, pod), (used, ratio) in sorted(sums.items(), key=_pod_order):
         proc = by_key[key]
         labels = label_pairs([*device_pairs(proc.gpu, proc.instance),
                               (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod)])

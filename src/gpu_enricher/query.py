@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from .devices import Attribution, EntityKey, Holder
+from .field_convert import MIB
 from .model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
 from .workloads import GpuProcess, PodIndex
 
 API_VERSION: Final = "v1"
-MIB = 1 << 20
 Document = dict[str, Any]
 
 

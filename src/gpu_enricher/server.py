@@ -9,11 +9,10 @@ from aiohttp import web
 
 from . import __version__
 from .collector import Collector
-from .query import Document, encode, filtered
+from .query import encode, filtered
 from .render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
 COLLECTOR_KEY: Final = web.AppKey("collector", Collector)
-DOCUMENT_KEY: Final = web.AppKey("document", list)  # [the last document, its bytes]
 
 # One prepared header set per (openmetrics, gzip) variant: nothing is built per scrape.
 _HEADERS: Final = {
@@ -69,16 +68,6 @@ async def handle_ready(request: web.Request) -> web.Response:
     return web.Response(status=503, text=f"not ready: {collector.not_ready_reason}\n")
 
 
-def _unfiltered(app: web.Application, document: Document) -> bytes:
-    """The whole document, encoded once per pass however many ask for it."""
-    cached = app[DOCUMENT_KEY]
-    if cached[0] is not document:
-        cached[:] = [document, encode(document)]
-    body = cached[1]
-    assert isinstance(body, bytes)
-    return body
-
-
 async def handle_gpus(request: web.Request) -> web.Response:
     """Every GPU and MIG instance with its holders and processes, from the last pass;
     `?namespace=&pod=` keeps the pod's GPUs. Never touches a source."""
@@ -88,7 +77,7 @@ async def handle_gpus(request: web.Request) -> web.Response:
                                  status=503)
     query = request.query
     namespace, pod = query.get("namespace") or None, query.get("pod") or None
-    body = (_unfiltered(request.app, collector.document) if namespace is None and pod is None
+    body = (collector.document_body if namespace is None and pod is None
             else encode(filtered(collector.document, namespace, pod)))
     return web.Response(body=body, content_type="application/json")
 
@@ -115,7 +104,6 @@ async def handle_index(request: web.Request) -> web.Response:
 def build_app(collector: Collector) -> web.Application:
     app = web.Application()
     app[COLLECTOR_KEY] = collector
-    app[DOCUMENT_KEY] = [None, b""]
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/healthz", handle_health)

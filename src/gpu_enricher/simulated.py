@@ -10,6 +10,7 @@ import math
 import time
 from collections.abc import Callable
 
+from .field_convert import MIB
 from .fields import IMPLEMENTED
 from .model import (
     DeviceIdentity,
@@ -21,8 +22,6 @@ from .model import (
     SampleError,
 )
 from .sim_model import Range, Scenario, SimGpu, SimInstance, SimProcess, mig_uuid
-
-MIB = 1 << 20
 
 
 class SimulatedBackend:

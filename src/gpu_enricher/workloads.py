@@ -200,8 +200,11 @@ def live_holders(attribution: Attribution, pods: PodIndex) -> Attribution:
     return Attribution(kept, attribution.unmatched)
 
 
-def per_pod(processes: Iterable[GpuProcess]) -> dict[tuple[EntityKey, str, str],
-                                                      tuple[int, float | None]]:
+PodUsage = dict[tuple[EntityKey, str, str], tuple[int, float | None]]
+"""(device, namespace, pod) → (used memory bytes, SM ratio or None)."""
+
+
+def per_pod(processes: Iterable[GpuProcess]) -> PodUsage:
     """(device, namespace, pod) → (used memory bytes, SM ratio) summed over its processes;
     the ratio is None when no process of the pod had a utilisation sample."""
     sums: dict[tuple[EntityKey, str, str], tuple[int, float | None]] = {}

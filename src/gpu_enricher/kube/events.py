@@ -46,9 +46,18 @@ def parse_event_line(line: bytes) -> WatchEvent | None:
     return WatchEvent(kind, obj)
 
 
+def mapping(value: Any) -> Mapping[str, Any]:
+    """A JSON object, or an empty one for anything else: parsers never raise on bad shapes."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def text(value: Any) -> str:
+    """A JSON string, or "" for anything else."""
+    return value if isinstance(value, str) else ""
+
+
 def _metadata(obj: JsonObject) -> JsonObject:
-    metadata = obj.get("metadata")
-    return metadata if isinstance(metadata, Mapping) else {}
+    return mapping(obj.get("metadata"))
 
 
 def object_uid(obj: JsonObject) -> str | None:

@@ -9,21 +9,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ..model import PodMeta
-from .events import JsonObject, WatchEvent, apply_event, index_objects, object_uid
+from .events import JsonObject, WatchEvent, apply_event, index_objects, mapping, object_uid, text
 
 MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
 """On a static pod's mirror: the config hash, which is the UID its cgroup and logs carry."""
 
 STATUS_LISTS: Final = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
 """Every kind of container a GPU process can run in (an init container may hold a GPU)."""
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def bare_container_id(container_id: str) -> str:
@@ -44,8 +36,8 @@ def _containers(status: Mapping[str, Any]) -> dict[str, str]:
         if not isinstance(entries, list):
             continue
         for entry in entries:
-            entry = _mapping(entry)
-            name, raw_id = _text(entry.get("name")), _text(entry.get("containerID"))
+            entry = mapping(entry)
+            name, raw_id = text(entry.get("name")), text(entry.get("containerID"))
             container_id = bare_container_id(raw_id) if raw_id else ""
             if name and container_id:
                 containers[container_id] = name
@@ -56,17 +48,17 @@ def parse_pod(obj: JsonObject) -> PodMeta | None:
     """A pod object as the API returns it; None without a uid, name or namespace."""
     if not isinstance(obj, Mapping):
         return None
-    metadata = _mapping(obj.get("metadata"))
+    metadata = mapping(obj.get("metadata"))
     uid = object_uid(obj)
-    name, namespace = _text(metadata.get("name")), _text(metadata.get("namespace"))
+    name, namespace = text(metadata.get("name")), text(metadata.get("namespace"))
     if uid is None or not name or not namespace:
         return None
-    labels = {k: v for k, v in _mapping(metadata.get("labels")).items()
+    labels = {k: v for k, v in mapping(metadata.get("labels")).items()
               if isinstance(k, str) and isinstance(v, str)}
-    mirror = _text(_mapping(metadata.get("annotations")).get(MIRROR_ANNOTATION)).strip().lower()
-    status = _mapping(obj.get("status"))
+    mirror = text(mapping(metadata.get("annotations")).get(MIRROR_ANNOTATION)).strip().lower()
+    status = mapping(obj.get("status"))
     return PodMeta(uid=uid, namespace=namespace, name=name, labels=labels,
-                   phase=_text(status.get("phase")), containers=_containers(status),
+                   phase=text(status.get("phase")), containers=_containers(status),
                    mirror_uid=mirror or None)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..model import SliceDevice
-from .events import JsonObject
+from .events import JsonObject, mapping, text
 
 API_GROUP: Final = "resource.k8s.io"
 VERSIONS: Final = ("v1", "v1beta2", "v1beta1")
@@ -40,19 +40,11 @@ class ParsedSlice:
     """Devices left out: no name, or no `uuid` attribute."""
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def _attribute(attributes: Mapping[str, Any], driver: str, name: str) -> str:
     """A string attribute by its bare name or qualified with the driver's domain; "" if
     absent or not a string."""
     for key in (name, f"{driver}/{name}"):
-        value = _text(_mapping(attributes.get(key)).get("string"))
+        value = text(mapping(attributes.get(key)).get("string"))
         if value:
             return value
     return ""
@@ -62,15 +54,15 @@ def _attributes(device: Mapping[str, Any]) -> Mapping[str, Any]:
     # v1beta1 nests them in `basic`; v1beta2 and v1 do not.
     basic = device.get("basic")
     holder = basic if isinstance(basic, Mapping) else device
-    return _mapping(holder.get("attributes"))
+    return mapping(holder.get("attributes"))
 
 
 def parse_device(device: Any, driver: str, pool: str) -> SliceDevice | None:
     """One entry of `spec.devices`; None without a name, or without anything that names a
     GPU: a `uuid`, or for a MIG device its `parentUUID` and `profile` (the driver publishes
     MIG slices it creates on demand that way: they have no UUID until they exist)."""
-    device = _mapping(device)
-    name = _text(device.get("name"))
+    device = mapping(device)
+    name = text(device.get("name"))
     attributes = _attributes(device)
     uuid = _attribute(attributes, driver, ATTR_UUID)
     parent = _attribute(attributes, driver, ATTR_PARENT_UUID) or None
@@ -90,16 +82,16 @@ def parse_slice(obj: JsonObject) -> ParsedSlice | None:
     """
     if not isinstance(obj, Mapping):
         return None
-    spec = _mapping(obj.get("spec"))
-    driver = _text(spec.get("driver"))
-    pool_spec = _mapping(spec.get("pool"))
-    pool = _text(pool_spec.get("name"))
+    spec = mapping(obj.get("spec"))
+    driver = text(spec.get("driver"))
+    pool_spec = mapping(spec.get("pool"))
+    pool = text(pool_spec.get("name"))
     generation = pool_spec.get("generation")
     entries = spec.get("devices")
     entries = entries if isinstance(entries, list) else []
     devices = [parse_device(entry, driver, pool) for entry in entries]
     kept = tuple(d for d in devices if d is not None)
-    return ParsedSlice(node=_text(spec.get("nodeName")), driver=driver, pool=pool,
+    return ParsedSlice(node=text(spec.get("nodeName")), driver=driver, pool=pool,
                        generation=generation if isinstance(generation, int) else 0,
                        devices=kept, skipped=len(devices) - len(kept))
 
@@ -127,10 +119,10 @@ def slice_devices(slices: Iterable[ParsedSlice]) -> tuple[SliceDevice, ...]:
 
 def served_versions(document: Any) -> tuple[str, ...]:
     """`versions[].version` of an APIGroup discovery document."""
-    versions = _mapping(document).get("versions")
+    versions = mapping(document).get("versions")
     if not isinstance(versions, list):
         return ()
-    return tuple(v for v in (_text(_mapping(e).get("version")) for e in versions) if v)
+    return tuple(v for v in (text(mapping(e).get("version")) for e in versions) if v)
 
 
 def choose_version(document: Any) -> str | None:
