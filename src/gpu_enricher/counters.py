@@ -1,7 +1,8 @@
 """dcgm-exporter's counters CSV (`-f/--collectors`): parsing and the plan built from it.
 
 Syntax (dcgm-compat.md): `FIELD, type, help` per line, real CSV quoting, `#` comment lines,
-blank lines. Parsing is pure: `parse_counters(text, path)`; only `load_counters` reads a file.
+blank lines. Lines end at "\n" (or "\r\n") only, as Go's encoding/csv reads them. Parsing is pure:
+`parse_counters(text, path)`; only `load_counters` reads a file: a regular file of at most 1 MiB.
 
 A line names its series, as in dcgm-exporter: `FIELD` is the family name exported, whichever
 of a field's spellings it is (DCGM 4.6's name, its deprecated alias, or a DCGM 1.x legacy name
@@ -9,6 +10,8 @@ such as `dcgm_sm_clock`), and the value is that DCGM field's (`value_field`).
 """
 
 import csv
+import os
+import stat
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,11 @@ from .fields import IMPLEMENTED
 from .legacy_names import LEGACY_FIELDS
 
 PROM_TYPES: Final = ("gauge", "counter", "histogram", "summary", "label")
+# dcgm-exporter's counters files are a few KiB; the limit keeps `-f /dev/zero`-like mistakes
+# (or a huge file) from eating memory at startup.
+MAX_COUNTERS_BYTES: Final = 1 << 20
+# How much of a line or a value an error message quotes.
+EXCERPT_CHARS: Final = 80
 
 
 class CountersFileError(ValueError):
@@ -90,23 +98,51 @@ def _named(name: str) -> str:
     return name if legacy is None else f"{name} (DCGM 1.x name of {legacy})"
 
 
+def _excerpt(text: str) -> str:
+    """`text` quoted for a one-line message: repr escapes control characters and line
+    separators; a long one is cut, so that a runaway line cannot flood the log."""
+    if len(text) <= EXCERPT_CHARS:
+        return repr(text)
+    return f"{text[:EXCERPT_CHARS]!r}…"
+
+
 def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
     """Parse a counters file; raise CountersFileError naming `path:line` on the first error."""
     lines: list[CounterLine] = []
-    for line_no, raw in enumerate(text.splitlines(), start=1):
-        stripped = raw.strip()
+    # Only "\n" ends a line: str.splitlines also breaks at U+2028, \x0b, \x1c, … which would
+    # smuggle a second line out of a help text and shift every later line number.
+    for line_no, raw in enumerate(text.split("\n"), start=1):
+        stripped = raw.strip()  # also drops the "\r" of "\r\n"
         if not stripped or stripped.startswith("#"):
             continue
         where = f"{path}:{line_no}"
+        if not stripped.isascii():
+            try:
+                stripped.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                # A lone surrogate (text not from load_counters) would fail every scrape's encode.
+                raise CountersFileError(
+                    f"{where}: not UTF-8 text: {exc.reason}: {_excerpt(stripped)}"
+                ) from None
+        if "\r" in stripped:
+            # A carriage return would end the HELP line in the exposition; Python's csv would
+            # also take it for a line end.
+            raise CountersFileError(
+                f"{where}: a carriage return (\\r) inside a line: {_excerpt(stripped)} "
+                "(lines end with \\n or \\r\\n)"
+            )
         try:
             records = list(csv.reader([stripped], skipinitialspace=True, strict=True))
         except csv.Error as exc:
-            raise CountersFileError(f"{where}: malformed CSV ({exc}): {stripped!r}") from None
+            raise CountersFileError(
+                f"{where}: malformed CSV ({exc}): {_excerpt(stripped)}"
+            ) from None
         cells = [cell.strip() for cell in records[0]] if records else []
         if len(cells) != 3:
             raise CountersFileError(
                 f"{where}: expected 3 comma-separated values 'FIELD, type, help', "
-                f"got {len(cells)}: {stripped!r} (quote a help text that contains a comma)"
+                f"got {len(cells)}: {_excerpt(stripped)} "
+                "(quote a help text that contains a comma)"
             )
         field, prom_type, help_text = cells
         if not field:
@@ -114,12 +150,12 @@ def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
         prom_type = prom_type.lower()
         if prom_type not in PROM_TYPES:
             raise CountersFileError(
-                f"{where}: unknown metric type {cells[1]!r} for {field} "
+                f"{where}: unknown metric type {_excerpt(cells[1])} for {_excerpt(field)} "
                 f"(expected one of: {', '.join(PROM_TYPES)})"
             )
         if not is_known_field(field) and field not in LEGACY_FIELDS:
             raise CountersFileError(
-                f"{where}: unknown field {field!r}: not a DCGM_FI_* or DCGM_EXP_* field "
+                f"{where}: unknown field {_excerpt(field)}: not a DCGM_FI_* or DCGM_EXP_* field "
                 "nor a DCGM 1.x name (dcgm_sm_clock, …) that dcgm-exporter knows"
             )
         lines.append(CounterLine(field, prom_type, help_text, path, line_no))
@@ -132,14 +168,86 @@ def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
     return tuple(lines)
 
 
-def load_counters(path: Path) -> tuple[CounterLine, ...]:
+def _file_kind(mode: int) -> str | None:
+    """What a non-regular file is, for the message; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
+
+
+def _check_regular(path: Path, mode: int) -> None:
+    kind = _file_kind(mode)
+    if kind is not None:
+        raise CountersFileError(f"{path}: not a regular file but a {kind}")
+
+
+def _too_large(path: Path, size: str) -> CountersFileError:
+    return CountersFileError(
+        f"{path}: counters file larger than the 1 MiB limit ({MAX_COUNTERS_BYTES} bytes): {size}"
+    )
+
+
+def read_counters_bytes(path: Path) -> bytes:
+    """The file's bytes: a regular file (symlinks followed, as a ConfigMap mount needs) of at
+    most MAX_COUNTERS_BYTES. Never blocks: a FIFO would hang startup until a writer came."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # stat first: a device or FIFO is refused without being opened at all.
+        _check_regular(path, os.stat(path).st_mode)
+        # O_NONBLOCK in case it was swapped for a FIFO since; fstat checks what was opened.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise CountersFileError(f"{path}: cannot read counters file: {exc.strerror}") from None
+    chunks: list[bytes] = []
+    try:
+        st = os.fstat(fd)
+        _check_regular(path, st.st_mode)
+        if st.st_size > MAX_COUNTERS_BYTES:
+            raise _too_large(path, f"{st.st_size} bytes")
+        # At most limit + 1 bytes, whatever st_size said: the file may grow, and files such as
+        # /proc's report size 0.
+        left = MAX_COUNTERS_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise CountersFileError(f"{path}: cannot read counters file: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_COUNTERS_BYTES:
+        raise _too_large(path, f"more than {MAX_COUNTERS_BYTES} bytes read")
+    return data
+
+
+def decode_counters(data: bytes, path: str) -> str:
+    """UTF-8 text, or an error naming the line and column of the first byte that is not."""
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CountersFileError(f"{path}: not UTF-8 text: {exc.reason}") from None
-    return parse_counters(text, str(path))
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        line_no = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - line_start + 1
+        raise CountersFileError(
+            f"{path}:{line_no}: not UTF-8 text: byte 0x{data[exc.start]:02x} at column "
+            f"{column} ({exc.reason}); save the file as UTF-8"
+        ) from None
+
+
+def load_counters(path: Path) -> tuple[CounterLine, ...]:
+    return parse_counters(decode_counters(read_counters_bytes(path), str(path)), str(path))
 
 
 def plan_counters(

@@ -1,10 +1,14 @@
 """The counters CSV parser: dcgm-exporter's syntax, and every error names file and line."""
 
+import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpu_enricher.counters import (
+    MAX_COUNTERS_BYTES,
     CountersFileError,
     load_counters,
     parse_counters,
@@ -254,3 +258,166 @@ def test_unknown_lowercase_name_is_an_error() -> None:
         parse_counters("dcgm_sm_clocks, gauge, typo\n", "x.csv")
     with pytest.raises(CountersFileError, match="unknown field 'DCGM_SM_CLOCK'"):
         parse_counters("DCGM_SM_CLOCK, gauge, upper-cased legacy name\n", "x.csv")
+
+
+# Issue 13, defect 3: only "\n" ends a line (and "\r\n", as Go's encoding/csv reads it); every
+# other character str.splitlines breaks on stays inside the help text.
+SPLITLINES_ONLY = ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
+
+
+@pytest.mark.parametrize("sep", SPLITLINES_ONLY, ids=lambda s: f"U+{ord(s):04X}")
+def test_only_newline_ends_a_line(sep: str) -> None:
+    text = f"DCGM_FI_DEV_GPU_TEMP, gauge, before{sep}after\nDCGM_FI_DEV_SM_CLOCK, gauge, c\n"
+    lines = parse_counters(text, "c.csv")
+    assert [(c.field, c.help, c.line_no) for c in lines] == [
+        ("DCGM_FI_DEV_GPU_TEMP", f"before{sep}after", 1), ("DCGM_FI_DEV_SM_CLOCK", "c", 2)]
+    # A later error still names its own line.
+    with pytest.raises(CountersFileError, match=r"^c\.csv:2: unknown field 'NOPE'"):
+        parse_counters(f"DCGM_FI_DEV_GPU_TEMP, gauge, a{sep}b\nNOPE, gauge, x\n", "c.csv")
+
+
+def test_crlf_ends_a_line_and_a_lone_carriage_return_is_an_error() -> None:
+    lines = parse_counters("# c\r\nDCGM_FI_DEV_GPU_TEMP, gauge, t\r\n\r\n"
+                           "DCGM_FI_DEV_SM_CLOCK, gauge, \"s\"\r\n", "w.csv")
+    assert [(c.help, c.line_no) for c in lines] == [("t", 2), ("s", 4)]
+    # A "\r" inside a line would end the HELP line in the exposition: refused, even quoted.
+    for line in ('DCGM_FI_DEV_SM_CLOCK, gauge, "a\rb"', "DCGM_FI_DEV_SM_CLOCK, gauge, a\rb"):
+        with pytest.raises(CountersFileError, match=r"^w\.csv:2: .*carriage return"):
+            parse_counters(f"DCGM_FI_DEV_GPU_TEMP, gauge, t\n{line}\n", "w.csv")
+
+
+def test_help_with_a_line_separator_keeps_the_exposition_one_line_per_entry() -> None:
+    from gpu_enricher.render import Family, Sample, render_openmetrics, render_text
+
+    help_text = "a\u2028b\u2029c\x85d\x0be\x0cf\x1cg\\h"
+    (line,) = parse_counters(f"DCGM_FI_DEV_GPU_TEMP, gauge, {help_text}\n", "h.csv")
+    family = Family(line.field, line.prom_type, line.help, (Sample('gpu="0"', "41"),))
+    text = render_text([family]).decode()
+    assert text.split("\n") == [
+        "# HELP DCGM_FI_DEV_GPU_TEMP a\u2028b\u2029c\x85d\x0be\x0cf\x1cg\\\\h",
+        "# TYPE DCGM_FI_DEV_GPU_TEMP gauge", 'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 41', ""]
+    assert "\r" not in text
+    assert render_openmetrics([family]).decode().count("\n") == 4
+
+
+def test_a_long_line_is_shortened_in_the_error() -> None:
+    long_line = "DCGM_FI_DEV_GPU_TEMP, gauge" + "x" * 1000
+    with pytest.raises(CountersFileError) as err:
+        parse_counters(long_line + "\n", "l.csv")
+    message = str(err.value)
+    assert repr(long_line[:80]) + "…" in message and len(message) < 300
+    with pytest.raises(CountersFileError) as err:
+        parse_counters("DCGM_FI_" + "Y" * 1000 + ", gauge, h\n", "l.csv")
+    assert "…" in str(err.value) and len(str(err.value)) < 300
+
+
+def test_error_messages_escape_control_characters() -> None:
+    with pytest.raises(CountersFileError) as err:
+        parse_counters("DCGM_FI_DEV_GPU_TEMP, gau\u2028ge, h\n", "e.csv")
+    assert str(err.value).startswith("e.csv:1: unknown metric type 'gau\\u2028ge'")
+    assert str(err.value).isprintable()
+
+
+def test_a_non_utf8_byte_names_its_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(
+        b"# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_SM_CLOCK, gauge, caf\xe9\n")
+    with pytest.raises(CountersFileError) as err:
+        load_counters(path)
+    assert str(err.value).startswith(f"{path}:3: not UTF-8 text: byte 0xe9 at column 33")
+
+
+# Issue 13, defect 8: only a regular file of at most 1 MiB is read, and nothing blocks.
+def _call_unblocking(fifo: Path, call: Callable[[], object]) -> BaseException | object:
+    """`call()`'s result or exception; if it blocks on opening `fifo` (the defect), a writer is
+    opened so that it returns and the test fails instead of hanging."""
+    outcome: list[BaseException | object] = []
+
+    def target() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # handed back to the test, whatever it is
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(5)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5)
+        pytest.fail(f"opening the FIFO {fifo} blocked")
+    return outcome[0]
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "counters.csv"
+    os.mkfifo(fifo)
+    outcome = _call_unblocking(fifo, lambda: load_counters(fifo))
+    assert isinstance(outcome, CountersFileError)
+    assert str(outcome) == f"{fifo}: not a regular file but a FIFO (named pipe)"
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [("/dev/null", "character device"), ("/dev/zero", "character device"), (None, "directory")],
+)
+def test_devices_and_directories_are_refused(tmp_path: Path, path: str | None, kind: str) -> None:
+    target = tmp_path if path is None else Path(path)
+    if not target.exists():
+        pytest.skip(f"{target} does not exist here")
+    with pytest.raises(CountersFileError) as err:
+        load_counters(target)
+    assert str(err.value) == f"{target}: not a regular file but a {kind}"
+
+
+def test_a_symlink_to_a_regular_file_is_read(tmp_path: Path) -> None:
+    # Kubernetes mounts a ConfigMap's keys as symlinks.
+    real = tmp_path / "..data"
+    real.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\n")
+    (tmp_path / "counters.csv").symlink_to(real)
+    assert [c.field for c in load_counters(tmp_path / "counters.csv")] == ["DCGM_FI_DEV_GPU_TEMP"]
+
+
+def test_a_file_over_1_mib_is_refused_and_one_of_1_mib_is_read(tmp_path: Path) -> None:
+    field_line = b"DCGM_FI_DEV_GPU_TEMP, gauge, t\n"
+    path = tmp_path / "big.csv"
+    path.write_bytes(field_line + b"#" * (MAX_COUNTERS_BYTES - len(field_line) - 1) + b"\n")
+    assert path.stat().st_size == MAX_COUNTERS_BYTES == 1 << 20
+    assert len(load_counters(path)) == 1
+    with path.open("ab") as f:
+        f.write(b"\n")
+    with pytest.raises(CountersFileError) as err:
+        load_counters(path)
+    assert str(err.value) == (
+        f"{path}: counters file larger than the 1 MiB limit (1048576 bytes): 1048577 bytes")
+
+
+def test_cli_exits_2_on_a_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_enricher.cli import EXIT_USAGE, main
+
+    fifo = tmp_path / "counters.csv"
+    os.mkfifo(fifo)
+    assert _call_unblocking(fifo, lambda: main(["--simulate", "-f", str(fifo)])) == EXIT_USAGE
+    assert capsys.readouterr().err.splitlines() == [
+        f"gpu-enricher: error: {fifo}: not a regular file but a FIFO (named pipe)"]
+
+
+def test_the_limit_holds_when_the_size_reported_is_wrong(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # /proc's files are regular and report size 0: the read itself stops past the limit.
+    import gpu_enricher.counters as counters
+
+    status = Path("/proc/self/status")
+    if not status.is_file() or status.stat().st_size != 0:
+        pytest.skip("no /proc/self/status of reported size 0 here")
+    monkeypatch.setattr(counters, "MAX_COUNTERS_BYTES", 10)
+    with pytest.raises(CountersFileError) as err:
+        load_counters(status)
+    assert str(err.value).startswith("/proc/self/status: counters file larger than")
+    assert str(err.value).endswith(": more than 10 bytes read")
+
+
+def test_text_that_cannot_be_encoded_is_refused() -> None:
+    # parse_counters is pure and takes any str; a lone surrogate could never be rendered.
+    with pytest.raises(CountersFileError, match=r"^s\.csv:1: not UTF-8 text: surrogates"):
+        parse_counters("DCGM_FI_DEV_GPU_TEMP, gauge, \ud800\n", "s.csv")
