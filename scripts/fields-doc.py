@@ -95,7 +95,7 @@ GROUPS: tuple[Group, ...] = (
           _named("_VGPU_")),
     Group("dcgm-exporter's own",
           "Computed by dcgm-exporter itself from other fields (XID and clock-event counts, "
-          "health, P2P status); not implemented yet.",
+          "health, P2P status), none left out today.",
           lambda f: f.field_id is None),
     Group("Profiling",
           "Not implemented yet. gpu-enricher reads profiling fields through NVML's GPU "

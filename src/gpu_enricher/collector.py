@@ -11,12 +11,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from .backend import BackendUnavailable, GpuBackend
 from .clock_events import ClockEventSource
-from .counters import CounterLine, CounterPlan, plan_counters
-from .cycle import CycleInputs, CycleOutputs, JoinOptions, compose
+from .collector_options import CollectorOptions as CollectorOptions
+from .counters import CounterPlan, plan_counters
+from .cycle import CycleInputs, CycleOutputs, compose
+from .health_source import HealthSource
 from .model import (
     AssignmentSnapshot,
     GpuSnapshot,
@@ -28,40 +29,15 @@ from .model import (
 )
 from .news import Unmatched, report_gpu_changes
 from .ownmetrics import OwnMetrics
-from .podlabels import NO_POLICY, PodLabelPolicy
 from .query import Document, encode
 from .render import Exposition
 from .selfmetrics import allocation_family, claim_family, self_families
 from .sources import Source, SourceSet
-from .xid import DEFAULT_WINDOW_MS, XidSnapshot
+from .xid import XidSnapshot
 
 log = logging.getLogger(__name__)
 
 WAITING_FOR_FIRST_PASS = "waiting for the first collection pass"
-
-
-@dataclass(frozen=True, slots=True)
-class CollectorOptions:
-    interval_seconds: float
-    hostname: str | None
-    counters: tuple[CounterLine, ...]
-    retry_initial_seconds: float = 1.0
-    retry_max_seconds: float = 60.0
-    stall_seconds: float | None = None
-    """A backend call running longer than this fails /health (a hung driver); default
-    max(60 s, 10 intervals)."""
-    virtual_gpus: bool = False
-    extra_resources: frozenset[str] = frozenset()
-    process_metrics: bool = False
-    pod_policy: PodLabelPolicy = NO_POLICY
-    dra_drivers: frozenset[str] = frozenset()
-    xid_window_ms: int = DEFAULT_WINDOW_MS
-    clock_events_window_ms: int = DEFAULT_WINDOW_MS
-
-    def join(self) -> JoinOptions:
-        return JoinOptions(self.hostname, self.virtual_gpus, self.extra_resources,
-                           self.process_metrics, self.pod_policy, self.dra_drivers,
-                           self.xid_window_ms, self.clock_events_window_ms)
 
 
 class Collector:
@@ -85,12 +61,14 @@ class Collector:
         self.processes = processes
         self.slices = slices
         self.xids = xids
-        # Clock-event counts come from the passes themselves: always kept (cheap, no I/O).
+        # Clock-event counts and health verdicts come from the passes themselves: always kept
+        # (cheap, no I/O).
         self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
+        self.gpu_health = HealthSource(options.xid_window_ms / 1000)
         # A source's refresh may take most of a pass, never more (the kubelet's own deadline
         # is shorter); a stuck one is abandoned and counted.
         self._sources = SourceSet((assignments, pods, logs, processes, slices, xids,
-                                   self.clock_events),
+                                   self.clock_events, self.gpu_health),
                                   max(1.0, options.interval_seconds))
         self.sources = self._sources.all
         self.options = options
@@ -143,7 +121,7 @@ class Collector:
             self._last_success,
             self.slices.snapshot() if self.slices is not None else None,
             self.xids.snapshot() if self.xids is not None else None,
-            self.clock_events.snapshot(), time.monotonic())
+            self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot())
 
     def _render(self) -> Exposition:
         """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
@@ -224,8 +202,9 @@ class Collector:
         """One pass: NVML on its thread and the concurrent sources (the kubelet's `List`)
         together, then the sources that need the new GPU snapshot (/proc), one render."""
         assert self.plan is not None
-        fields = self.plan.sampled_fields | self.clock_events.sampled_fields(
-            m.field for m in self.plan.metrics)
+        planned = [m.field for m in self.plan.metrics]
+        fields = self.plan.sampled_fields.union(self.clock_events.sampled_fields(planned),
+                                                self.gpu_health.sampled_fields(planned))
         started = time.perf_counter()
         concurrent = [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
                       for s in self.sources if not s.after_gpus]

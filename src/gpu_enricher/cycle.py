@@ -17,6 +17,7 @@ from .event_families import (
     event_families,
     own_xid_counter_family,
 )
+from .health_source import NO_INCIDENTS, HealthIncidents
 from .join import PodContext, dcgm_families, holder_pairs, holdings
 from .model import (
     AssignmentSnapshot,
@@ -32,6 +33,7 @@ from .podlabels import NO_POLICY, PodLabelPolicy
 from .process_families import process_families
 from .query import Document, gpus_document
 from .render import Family
+from .status_families import status_families
 from .workloads import (
     Allocation,
     GpuProcess,
@@ -70,6 +72,7 @@ class CycleInputs:
     clock_events: ClockEventCounts | None = None
     now: float = 0.0
     """Monotonic seconds, the clock of the event windows."""
+    health: HealthIncidents | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,8 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
     clocks = inputs.clock_events or ClockEventCounts()
     families = event_families(node, inputs.plan.metrics, xids, clocks.window, clocks.totals,
                               event_options, inputs.now)
+    families += status_families(node, inputs.plan.metrics, inputs.health or NO_INCIDENTS, xids,
+                                event_options, inputs.now)
     if inputs.xids is not None:  # our own real counter (dcgm-exporter's "last value" is #500)
         families.append(own_xid_counter_family(node, xids, options.hostname))
     return families

@@ -91,17 +91,17 @@ class EventFamilyOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class _Entity:
+class Entity:
     gpu: GpuSnapshot
     head: Pairs
     fields: Pairs
     copies: Sequence[SeriesCopy]
 
 
-def _entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[_Entity]:
+def _entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[Entity]:
     """join.py's entities and labels: healthy GPUs, a MIG-enabled one with instances as its
     instances."""
-    result: list[_Entity] = []
+    result: list[Entity] = []
     for gpu in node.gpus:
         if not gpu.healthy:
             continue
@@ -111,11 +111,24 @@ def _entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[_Entity]:
             head, fields = entity_labels(gpu, inst, options.hostname, options.label_fields,
                                          gpu.values)
             copies = PLAIN if options.series is None else options.series(gpu, inst)
-            result.append(_Entity(gpu, head, fields, copies))
+            result.append(Entity(gpu, head, fields, copies))
     return result
 
 
-def _samples(ent: _Entity, value: str, labels: Sequence[tuple[str, str]] = (),
+def gpu_entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[Entity]:
+    """The healthy physical GPUs, MIG-enabled or not, without GPU_I_* labels: what
+    dcgm-exporter's health and P2P collectors watch (DCGM's GPU entities)."""
+    result: list[Entity] = []
+    for gpu in node.gpus:
+        if gpu.healthy:
+            head, fields = entity_labels(gpu, None, options.hostname, options.label_fields,
+                                         gpu.values)
+            copies = PLAIN if options.series is None else options.series(gpu, None)
+            result.append(Entity(gpu, head, fields, copies))
+    return result
+
+
+def entity_samples(ent: Entity, value: str, labels: Sequence[tuple[str, str]] = (),
              attributes: Sequence[tuple[str, str]] = ()) -> list[Sample]:
     """dcgm-exporter's template: head, the sorted label map, the sorted attributes."""
     return [Sample(label_pairs([*ent.head,
@@ -131,12 +144,12 @@ def _samples(ent: _Entity, value: str, labels: Sequence[tuple[str, str]] = (),
 def xid_errors_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamilyOptions, *,
                       name: str = XID_LAST, prom_type: str = "gauge",
                       help_text: str = HELP[XID_LAST],
-                      entities: Sequence[_Entity] | None = None) -> Family:
+                      entities: Sequence[Entity] | None = None) -> Family:
     """DCGM_FI_DEV_XID_ERRORS: the last XID, `err_code` and `err_msg`."""
     samples: list[Sample] = []
     for ent in entities if entities is not None else _entities(node, options):
         last = xids.gpu(ent.gpu.identity.uuid).last
-        samples += _samples(ent, str(last), attributes=[
+        samples += entity_samples(ent, str(last), attributes=[
             (LABEL_ERR_CODE, str(last)), (LABEL_ERR_MSG, xid_message(last))])
     return Family(name, prom_type, help_text, tuple(samples))
 
@@ -144,29 +157,29 @@ def xid_errors_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamil
 def xid_count_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamilyOptions,
                      now: float, *, name: str = XID_COUNT, prom_type: str = "gauge",
                      help_text: str = HELP[XID_COUNT],
-                     entities: Sequence[_Entity] | None = None) -> Family:
+                     entities: Sequence[Entity] | None = None) -> Family:
     """DCGM_EXP_XID_ERRORS_COUNT over `options.xid_window_ms` ending at `now`."""
     window = [(LABEL_WINDOW, str(options.xid_window_ms))]
     samples: list[Sample] = []
     for ent in entities if entities is not None else _entities(node, options):
         counts = xid_window_counts(xids.gpu(ent.gpu.identity.uuid), now, options.xid_window_ms)
         if not counts:
-            samples += _samples(ent, "0", window)
+            samples += entity_samples(ent, "0", window)
         for xid in sorted(counts):
-            samples += _samples(ent, str(counts[xid]), [*window, (LABEL_XID, str(xid))])
+            samples += entity_samples(ent, str(counts[xid]), [*window, (LABEL_XID, str(xid))])
     return Family(name, prom_type, help_text, tuple(samples))
 
 
 def xid_total_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamilyOptions, *,
                      name: str = XID_TOTAL, prom_type: str = "counter",
                      help_text: str = HELP[XID_TOTAL],
-                     entities: Sequence[_Entity] | None = None) -> Family:
+                     entities: Sequence[Entity] | None = None) -> Family:
     """DCGM_EXP_XID_ERRORS_TOTAL (dcgm-exporter main): per XID ≠ 0 since start."""
     samples: list[Sample] = []
     for ent in entities if entities is not None else _entities(node, options):
         totals = xids.gpu(ent.gpu.identity.uuid).totals
         for xid in sorted(x for x in totals if x != 0):
-            samples += _samples(ent, str(totals[xid]), [(LABEL_XID, str(xid))])
+            samples += entity_samples(ent, str(totals[xid]), [(LABEL_XID, str(xid))])
     return Family(name, prom_type, help_text, tuple(samples))
 
 
@@ -197,18 +210,18 @@ def clock_events_count_family(node: NodeSnapshot, counts: ClockCounts,
                               options: EventFamilyOptions, *, name: str = CLOCK_EVENTS_COUNT,
                               prom_type: str = "gauge",
                               help_text: str = HELP[CLOCK_EVENTS_COUNT],
-                              entities: Sequence[_Entity] | None = None) -> Family:
+                              entities: Sequence[Entity] | None = None) -> Family:
     """DCGM_EXP_CLOCK_EVENTS_COUNT over `options.clock_events_window_ms`."""
     window = [(LABEL_WINDOW, str(options.clock_events_window_ms))]
     samples: list[Sample] = []
     for ent in entities if entities is not None else _entities(node, options):
         per_reason = counts.get(ent.gpu.identity.uuid)
         if per_reason is None:
-            samples += _samples(ent, "0", window)
+            samples += entity_samples(ent, "0", window)
             continue
         for reason in CLOCK_EVENT_NAMES:
             if reason in per_reason:
-                samples += _samples(ent, str(per_reason[reason]),
+                samples += entity_samples(ent, str(per_reason[reason]),
                                     [*window, (LABEL_CLOCK_EVENT, reason)])
     return Family(name, prom_type, help_text, tuple(samples))
 
@@ -217,14 +230,14 @@ def clock_events_total_family(node: NodeSnapshot, totals: Mapping[str, Mapping[s
                               options: EventFamilyOptions, *, name: str = CLOCK_EVENTS_TOTAL,
                               prom_type: str = "counter",
                               help_text: str = HELP[CLOCK_EVENTS_TOTAL],
-                              entities: Sequence[_Entity] | None = None) -> Family:
+                              entities: Sequence[Entity] | None = None) -> Family:
     """DCGM_EXP_CLOCK_EVENTS_TOTAL (dcgm-exporter main): activations since start."""
     samples: list[Sample] = []
     for ent in entities if entities is not None else _entities(node, options):
         per_reason = totals.get(ent.gpu.identity.uuid, {})
         for reason in CLOCK_EVENT_NAMES:
             if reason in per_reason:
-                samples += _samples(ent, str(per_reason[reason]),
+                samples += entity_samples(ent, str(per_reason[reason]),
                                     [(LABEL_CLOCK_EVENT, reason)])
     return Family(name, prom_type, help_text, tuple(samples))
 
@@ -248,7 +261,7 @@ def event_families(node: NodeSnapshot, metrics: Iterable[PlannedMetric], xids: X
     """The families of the counters lines that name an event field, in their order, named,
     typed and described as the lines say. Lines of other fields are ignored."""
     families: list[Family] = []
-    ents: list[_Entity] | None = None  # built once, for the first line that needs them
+    ents: list[Entity] | None = None  # built once, for the first line that needs them
     for metric in metrics:
         kw = {"name": metric.name, "prom_type": metric.prom_type, "help_text": metric.help}
         if metric.field not in (XID_LAST, XID_COUNT, XID_TOTAL, CLOCK_EVENTS_COUNT,

@@ -78,12 +78,16 @@ class GpmMetric:
 
 @dataclass(frozen=True, slots=True)
 class EventCount:
-    """Not read in the NVML pass: counted from NVML events (the XID thread of
-    `nvml_events.py`) or from each pass's DCGM_FI_DEV_CLOCKS_EVENT_REASONS (`event_counts.py`);
-    `event_families.py` builds the families, whose labels a plain field's series do not have
-    (`err_code`, `xid`, `clock_event`, `window_size_in_ms`)."""
+    """Not a plain value of the NVML pass: counted from NVML events (the XID thread of
+    `nvml_events.py`) or from each pass's DCGM_FI_DEV_CLOCKS_EVENT_REASONS (`event_counts.py`),
+    or a status built from several readings (health.py, nvml_topology.py);
+    `event_families.py` and `status_families.py` build the families, whose labels a plain
+    field's series do not have (`err_code`, `xid`, `clock_event`, `window_size_in_ms`,
+    `health_watch`, `peer_gpu`, …)."""
 
-    kind: str  # xid_last, xid_window, xid_total, clock_events_window, clock_events_total
+    kind: str
+    """xid_last, xid_window, xid_total, clock_events_window, clock_events_total, gpu_health,
+    p2p_status"""
 
 
 Source = (DeviceCall | MemoryInfo | NvmlFieldValue | NvlinkThroughput | SystemCall | GpmMetric

@@ -86,6 +86,12 @@ _SPECS: Final = (
     _spec("DCGM_EXP_CLOCK_EVENTS_TOTAL", EventCount("clock_events_total"),
           "Count of clock events that became active since the exporter started.",
           prom_type="counter"),
+    # Statuses built from several readings: health from the pass's readings and the XIDs
+    # (health.py), P2P from nvmlDeviceGetP2PStatus per pair of GPUs (nvml_topology.py); one
+    # series per GPU and watch / peer, families from status_families.py.
+    _spec("DCGM_EXP_GPU_HEALTH_STATUS", EventCount("gpu_health"),
+          "DCGM reported health status"),
+    _spec("DCGM_EXP_P2P_STATUS", EventCount("p2p_status"), "P2P NvLink status"),
     _spec("DCGM_FI_DEV_GPU_UTIL", DeviceCall("nvmlDeviceGetUtilizationRates", pick="gpu"),
           "GPU utilization (in %).", mig=MigScope.GPU_ONLY),
     _spec("DCGM_FI_DEV_MEM_COPY_UTIL",
@@ -248,5 +254,9 @@ PROFILING_FIELDS: Final = frozenset(
     s.name for s in _SPECS if isinstance(s.source, GpmMetric)
 )
 
+P2P_FIELD: Final = "DCGM_EXP_P2P_STATUS"
+"""Read by the NVML backend's own path (nvml_topology.py) when planned."""
+
 EVENT_FIELDS: Final = frozenset(s.name for s in _SPECS if isinstance(s.source, EventCount))
-"""Fields counted from events (XIDs, clock-event reasons): not sampled by a backend pass."""
+"""Fields counted from events (XIDs, clock-event reasons) or built from several readings (health,
+P2P): not a plain value of a backend pass."""

@@ -69,6 +69,9 @@ class GpuSnapshot:
     mig_enabled: bool = False
     instances: tuple[GpuInstance, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
+    p2p_nvlink: Mapping[int, int] = field(default_factory=dict)
+    """Peer GPU index → `nvmlDeviceGetP2PStatus(this, peer, NVML_P2P_CAPS_INDEX_NVLINK)`
+    (nvmlGpuP2PStatus_t, 0 OK … 6 unknown); read only for DCGM_EXP_P2P_STATUS."""
 
 
 @dataclass(frozen=True, slots=True)

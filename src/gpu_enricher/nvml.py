@@ -13,7 +13,7 @@ import pynvml
 
 from .backend import BackendUnavailable
 from .field_spec import FieldSpec, GpmMetric, MigScope
-from .fields import EVENT_FIELDS, IMPLEMENTED, PROFILING_FIELDS
+from .fields import EVENT_FIELDS, IMPLEMENTED, P2P_FIELD, PROFILING_FIELDS
 from .model import DeviceIdentity, FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot, SampleError
 from .nvml_cadence import DEFAULT_SLOW_INTERVAL_SECONDS, SlowReadings
 from .nvml_device import (
@@ -28,6 +28,7 @@ from .nvml_device import (
 from .nvml_fields import NvlinkRates
 from .nvml_gpm import GpmSampler, SampleKey, device_supports_gpm
 from .nvml_processes import InstanceProcesses, ProcessReader, running_processes
+from .nvml_topology import P2pReader
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class NvmlBackend:
         self.unsupported: set[tuple[str, object]] = set()
         self.nvlink_rates = NvlinkRates()  # per GPU: the last NVLink counters, for the rate
         self._slow = SlowReadings(slow_interval_seconds)
+        self._p2p = P2pReader(slow_interval_seconds)
         self._identities: dict[int, DeviceIdentity] = {}
         self._profile_names: dict[str, dict[int, str]] = {}
         self._system: dict[str, str | None] = {}
@@ -67,6 +69,7 @@ class NvmlBackend:
         self._open = True
         self._system.clear()
         self._slow.clear()  # a driver reload may have reset every counter
+        self._p2p.clear()
         self._gpm_devices.clear()
         self._processes.clear()  # a new NVML session: ask for its whole sample history
         try:
@@ -121,6 +124,8 @@ class NvmlBackend:
             errors.append(SampleError(SOURCE, error_reason(exc)))
             count = max(self._identities, default=-1) + 1
         gpus = tuple(self._sample_gpu(i, specs, errors) for i in range(count))
+        if P2P_FIELD in fields:
+            gpus = self._p2p.add_to(gpus, errors)
         self._gpm.prune()
         driver = self.system_value("nvmlSystemGetDriverVersion") or ""
         return NodeSnapshot(gpus=gpus, driver_version=driver, errors=tuple(errors))

@@ -5,13 +5,14 @@ function of (seed, GPU, field, elapsed seconds), so a test that fixes the clock 
 same numbers every run.
 """
 
+import dataclasses
 import hashlib
 import math
 import time
 from collections.abc import Callable
 
 from .field_convert import MIB
-from .fields import IMPLEMENTED
+from .fields import IMPLEMENTED, P2P_FIELD
 from .model import (
     DeviceIdentity,
     FieldValue,
@@ -72,6 +73,8 @@ class SimulatedBackend:
         errors: list[SampleError] = []
         for gpu in self.scenario.gpus:
             snap = self._gpu(gpu, t, fields)
+            if P2P_FIELD in fields and snap.healthy:
+                snap = dataclasses.replace(snap, p2p_nvlink=self._p2p(gpu))
             if not snap.healthy:
                 errors.append(SampleError(self.name, "GpuIsLost", gpu.index))
             gpus.append(snap)
@@ -125,6 +128,17 @@ class SimulatedBackend:
             instances=instances,
             processes=processes,
         )
+
+    def _p2p(self, gpu: SimGpu) -> dict[int, int]:
+        """NVLink P2P as on real boards: OK between GPUs of one NVLink baseboard (the same SXM
+        model), TopologyNotSupported (3) between different boards, NotSupported (5) for a PCIe
+        card."""
+        def nvlink(model: str) -> bool:
+            return "SXM" in model or "HBM3" in model
+
+        return {peer.index: (5 if not (nvlink(gpu.model) and nvlink(peer.model))
+                             else 0 if peer.model == gpu.model else 3)
+                for peer in self.scenario.gpus if peer.index != gpu.index and not peer.lost}
 
     def _process(self, proc: SimProcess, t: float, mig: bool) -> ProcessSample:
         """As NVML: per-process utilisation is NOT_SUPPORTED in MIG mode (None)."""

@@ -265,6 +265,6 @@ def test_event_families_follow_the_counters_lines() -> None:
 def test_event_fields_are_implemented_but_not_pass_readings() -> None:
     expected = {"DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT",
                 "DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_EXP_CLOCK_EVENTS_COUNT",
-                "DCGM_EXP_CLOCK_EVENTS_TOTAL"}
+                "DCGM_EXP_CLOCK_EVENTS_TOTAL", "DCGM_EXP_GPU_HEALTH_STATUS", "DCGM_EXP_P2P_STATUS"}
     assert expected == EVENT_FIELDS
     assert all(isinstance(IMPLEMENTED[f].source, EventCount) for f in EVENT_FIELDS)
