@@ -155,6 +155,9 @@ COST_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
 REST_GROUP = "the rest"
 
 
+SLOW_INTERVALS_S = (30.0, 60.0, 120.0, 150.0, 300.0)
+
+
 def cost_group(field_name: str) -> str:
     return next((label for label, test in COST_GROUPS if test(field_name)), REST_GROUP)
 
@@ -315,6 +318,16 @@ def real_cost(fake: Any, args: argparse.Namespace) -> int:
                      + " / ".join(ms2(m / ms * 100)
                                   for m, ms in zip(means, REAL_COST_INTERVALS_MS, strict=True)))
         print(f"{line} |")
+    if slow_s is not None:  # what a longer --slow-fields-interval would give, same medians
+        print(f"\nAll fields, mean % of a core at -c {ivals} ms by --slow-fields-interval:")
+        for gpus, label, every, cadence in rows:
+            if label.startswith("all") and cadence is not None:
+                e, c = median(every.cpu_ms), median(cadence.cpu_ms)
+                by_slow = ", ".join(
+                    f"{s:g} s " + " / ".join(ms2(averaged_ms(e, c, ms, s) / ms * 100)
+                                            for ms in REAL_COST_INTERVALS_MS)
+                    for s in SLOW_INTERVALS_S)
+                print(f"- {gpus} GPU(s): {by_slow}")
     for gpus, per_symbol in symbols.items():
         top = sorted(per_symbol.items(), key=lambda kv: -kv[1])
         text = ", ".join(f"{s.removeprefix('nvml')} {ms:.2f}" for s, ms in top if ms >= 0.05)

@@ -58,6 +58,7 @@ class NvmlBackend:
         self._mig_modes: dict[str, bool] = {}  # UUID → MIG mode seen last pass
         self._processes = ProcessReader()
         self._open = False
+        self._gpu_count = 0
 
     def open(self) -> None:
         try:
@@ -67,6 +68,8 @@ class NvmlBackend:
                 error_reason(exc), f"NVML initialisation failed: {exc}"
             ) from None
         self._open = True
+        # A new session (maybe a new driver): ask again what each GPU supports.
+        self.unsupported.clear()
         self._system.clear()
         self._slow.clear()  # a driver reload may have reset every counter
         self._p2p.clear()
@@ -123,6 +126,7 @@ class NvmlBackend:
                     from None
             errors.append(SampleError(SOURCE, error_reason(exc)))
             count = max(self._identities, default=-1) + 1
+        self._gpu_count = count
         gpus = tuple(self._sample_gpu(i, specs, errors) for i in range(count))
         if P2P_FIELD in fields:
             gpus = self._p2p.add_to(gpus, errors)
@@ -164,12 +168,16 @@ class NvmlBackend:
             fast, slow = self._slow.split(specs)
             refresh = self._slow.due(ident.uuid)
             values = self._read(reader, fast)
+            failures = len(errors)
             slow_values = self._read(reader, slow) if refresh else dict(
                 self._slow.values(ident.uuid))
-            values.update(slow_values)
             mig_enabled = self._mig_enabled(reader, handle, ident.uuid, refresh)
             if refresh:
-                self._slow.store(ident.uuid, slow_values, mig_enabled)
+                self._slow.store(ident.uuid, slow_values, mig_enabled,
+                                 complete=len(errors) == failures,
+                                 phase=index / max(1, self._gpu_count))
+                slow_values = dict(self._slow.values(ident.uuid))
+            values.update(slow_values)
             by_instance: InstanceProcesses = {}  # filled by the MIG handles, for attribution
             instances = (
                 self._safe_instances(handle, ident.uuid, specs, errors, index, by_instance)

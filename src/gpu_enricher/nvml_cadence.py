@@ -55,8 +55,21 @@ class SlowReadings:
         last = self._readings.get(uuid)
         return last.mig_mode if last is not None else None
 
-    def store(self, uuid: str, values: dict[str, FieldValue], mig_mode: bool | None) -> None:
-        self._readings[uuid] = _Reading(self._clock(), values, mig_mode)
+    def store(self, uuid: str, values: dict[str, FieldValue], mig_mode: bool | None, *,
+              complete: bool = True, phase: float = 0.0) -> None:
+        """`complete`: no call of this refresh failed for a passing reason. Otherwise the
+        last values stand in for the missing ones (a counter never vanishes or goes back over
+        a transient error) and the GPU is due again next pass. `phase` (0..1): a GPU read for
+        the first time is next due after (1 - phase) intervals, so the GPUs of a node spread
+        their costly refreshes over the interval instead of all landing in one pass."""
+        now = self._clock()
+        last = self._readings.get(uuid)
+        if not complete:
+            merged = {**(last.values if last is not None else {}), **values}
+            self._readings[uuid] = _Reading(now - self.interval_seconds, merged, mig_mode)
+            return
+        started = now - phase * self.interval_seconds if last is None else now
+        self._readings[uuid] = _Reading(started, values, mig_mode)
 
     def forget(self, uuid: str) -> None:
         """A GPU that failed is read in full when it answers again."""

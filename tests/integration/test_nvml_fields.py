@@ -183,6 +183,37 @@ def test_violations_and_costly_readings_on_the_slow_cadence(
     assert refreshed["DCGM_FI_DEV_POWER_VIOLATION"] == first["DCGM_FI_DEV_POWER_VIOLATION"]
 
 
+def test_slow_refreshes_of_the_gpus_are_spread_over_the_interval(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
+    """After the first pass (every GPU read in full) GPU i is next due i/n of an interval
+    early, so 4 GPUs refresh their costly readings in different passes, not all in one."""
+    backend = open_backend(fake, monkeypatch, backends, slow_interval=0.4, gpu_count="4")
+    sample(backend)
+    assert fake.calls("nvmlDeviceGetTotalEnergyConsumption") == 4
+    refreshed_per_pass = []
+    for _ in range(8):
+        before = fake.calls("nvmlDeviceGetTotalEnergyConsumption")
+        sample(backend, frozenset({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}))
+        refreshed_per_pass.append(fake.calls("nvmlDeviceGetTotalEnergyConsumption") - before)
+        time.sleep(0.1)
+    assert max(refreshed_per_pass) <= 2, refreshed_per_pass  # spread, not 4 at once
+    assert sum(refreshed_per_pass) >= 4, refreshed_per_pass  # each GPU within ~one interval
+
+
+def test_a_new_nvml_session_asks_again_what_is_supported(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
+    """NOT_SUPPORTED is remembered within a session only: a driver reload (close, open) may
+    bring a driver that supports more."""
+    backend = open_backend(fake, monkeypatch, backends, gpu_count="1", not_supported="0:fan")
+    assert "DCGM_FI_DEV_FAN_SPEED" not in sample(backend).gpus[0].values
+    monkeypatch.delenv("FAKE_NVML_NOT_SUPPORTED")
+    fake.reset()
+    assert "DCGM_FI_DEV_FAN_SPEED" not in sample(backend).gpus[0].values, "remembered"
+    backend.close()
+    backend.open()
+    assert sample(backend).gpus[0].values["DCGM_FI_DEV_FAN_SPEED"] == 30
+
+
 def test_slow_cadence_off_reads_violations_every_pass(
         fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, backends: list[NvmlBackend]) -> None:
     backend = open_backend(fake, monkeypatch, backends, slow_interval=0, gpu_count="2")
