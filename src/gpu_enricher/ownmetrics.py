@@ -21,6 +21,8 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector as ClientCollector
 from prometheus_client.registry import CollectorRegistry
 
+from .selfmetrics import http_families
+
 # Untyped upstream; the same call as the text renderer's.
 openmetrics_exposition: Final[Callable[[ClientCollector], bytes]] = openmetrics.generate_latest
 
@@ -35,6 +37,25 @@ class _Families(ClientCollector):
         return self.families
 
 
+class HttpCounts:
+    """What the HTTP server counts (server.py), read when a cycle renders. Process-wide, as
+    `process_*` is: one server per process, and aiohttp's connection handlers, which count,
+    know no collector."""
+
+    __slots__ = ("bad_requests",)
+
+    def __init__(self) -> None:
+        self.bad_requests = 0
+
+
+HTTP: Final = HttpCounts()
+
+
+class _Http(ClientCollector):
+    def collect(self) -> Iterable[Metric]:
+        return http_families(HTTP.bad_requests)
+
+
 class OwnMetrics:
     def __init__(self) -> None:
         # A private registry, not prometheus_client's process-global REGISTRY: a test may
@@ -45,6 +66,7 @@ class OwnMetrics:
         ProcessCollector(registry=self._registry)
         PlatformCollector(registry=self._registry)
         GCCollector(registry=self._registry)
+        self._registry.register(_Http())
 
     def render(self, families: Sequence[Metric]) -> tuple[bytes, bytes]:
         """(text 0.0.4, OpenMetrics ending in `# EOF`) of this cycle's `families` followed by

@@ -72,6 +72,13 @@ def self_families(
     return families
 
 
+def http_families(bad_requests: int) -> list[Metric]:
+    """The HTTP server's own counts (ownmetrics.HTTP)."""
+    return [_family(f"{P}http_bad_requests", "counter",
+                    "Requests refused as malformed or over the request line, header or "
+                    "header count limits (answered 400).", [([], bad_requests)])]
+
+
 def _per_resource(name: str, help_text: str, counts: Mapping[str, int]) -> Metric:
     return _family(name, "gauge", help_text, [([("resource", r)], n) for r, n in counts.items()])
 

@@ -2,17 +2,35 @@
 
 import errno
 import html
+import logging
 import socket
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.log import server_logger
 
 from . import __version__
 from .collector import Collector
+from .ownmetrics import HTTP
 from .query import encode, filtered
-from .render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+from .render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_gzip, wants_openmetrics
+
+log = logging.getLogger(__name__)
 
 COLLECTOR_KEY: Final = web.AppKey("collector", Collector)
+
+# Explicit request limits (a request over one is answered 400 and counted as a bad request).
+# Every endpoint is a GET with a short path and query, so these are far above any real request.
+MAX_LINE_SIZE: Final = 4096
+"""The request line (aiohttp's default is 8190)."""
+MAX_FIELD_SIZE: Final = 8192
+"""One header line (bearer tokens fit)."""
+MAX_HEADERS: Final = 64
+"""Header lines per request (aiohttp's default is 128)."""
+MAX_BODY_SIZE: Final = 4096
+"""What a handler could read of a body. None reads one: a body is discarded unread by aiohttp
+(within its lingering time), so this only bounds a future handler that would."""
 
 # One prepared header set per (openmetrics, gzip) variant: nothing is built per scrape.
 _HEADERS: Final = {
@@ -26,26 +44,42 @@ _HEADERS: Final = {
 }
 
 
-def wants_openmetrics(accept: str) -> bool:
-    return "application/openmetrics-text" in accept
+class _RequestLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's logger for its connection handlers, with a request it cannot parse (garbage,
+    TLS on the HTTP port, a request over a limit) turned into one DEBUG line and a count in
+    `gpu_enricher_http_bad_requests_total`; every other record, an exception in one of our
+    handlers above all, passes unchanged (ERROR, with its traceback).
+
+    aiohttp reports such a request through `RequestHandler.handle_error`, at ERROR with a
+    traceback (at DEBUG, still with one, for a bad method in a connection's first request),
+    so one bad client could fill a node's log. Why a logger: the `logger` handler argument
+    (`handler_args`) is the one public hook that sees that exception and belongs to this app.
+    aiohttp has no setting for its RequestHandler class (`Server` builds it), and a
+    logging.Filter on `aiohttp.server` would act on every app in the process.
+    """
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        # aiohttp passes the exception itself; a parse error is its HttpProcessingError.
+        exc = kwargs.get("exc_info")
+        if not isinstance(exc, HttpProcessingError):
+            super().log(level, msg, *args, **kwargs)
+            return
+        HTTP.bad_requests += 1
+        detail = " ".join(exc.message.split())  # aiohttp's spans lines
+        # aiohttp's own words first ("Error handling request from <address>"), formatted by
+        # logging, which never raises into the handler.
+        log.debug(f"{msg}: bad request, answered %s (%s: %.200s)", *args, exc.code,
+                  type(exc).__name__, detail)
 
 
-def wants_gzip(accept_encoding: str) -> bool:
-    """True when gzip is acceptable; `gzip;q=0` refuses it."""
-    if "gzip" not in accept_encoding:
-        return False
-    for part in accept_encoding.split(","):
-        coding, _, params = part.strip().partition(";")
-        if coding.strip().lower() == "gzip":
-            q = params.strip().replace(" ", "")
-            return q not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
-    return False
+def _header(request: web.Request, name: str) -> str:
+    """A list header's lines as one value (RFC 9110 §5.3)."""
+    return ",".join(request.headers.getall(name, ()))
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
-    headers = request.headers
-    om = wants_openmetrics(headers.get("Accept", ""))
-    gz = wants_gzip(headers.get("Accept-Encoding", ""))
+    om = wants_openmetrics(_header(request, "Accept"))
+    gz = wants_gzip(_header(request, "Accept-Encoding"))
     body = request.app[COLLECTOR_KEY].exposition.body(openmetrics=om, gzipped=gz)
     return web.Response(body=body, headers=_HEADERS[om, gz])
 
@@ -102,7 +136,12 @@ async def handle_index(request: web.Request) -> web.Response:
 
 
 def build_app(collector: Collector) -> web.Application:
-    app = web.Application()
+    """Only GET (and HEAD) on the known paths: another method is answered 405 with `Allow`,
+    an unknown path 404, by aiohttp's router."""
+    # handler_args reach every connection handler, whichever runner serves the app.
+    app = web.Application(client_max_size=MAX_BODY_SIZE, handler_args={
+        "max_line_size": MAX_LINE_SIZE, "max_field_size": MAX_FIELD_SIZE,
+        "max_headers": MAX_HEADERS, "logger": _RequestLog(server_logger)})
     app[COLLECTOR_KEY] = collector
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/health", handle_health)
