@@ -3,15 +3,21 @@ processes live in, so `--simulate` runs the same attribution code as a real node
 
 The pure half builds pod objects and file contents; `SimulatedCluster` starts the fakes (a
 kubelet on a private socket, an API server on loopback) and writes the /proc tree and the
-kubelet log names into one temporary directory, removed on stop.
+kubelet log names into one temporary directory, removed on every way out: stop or close, an
+exception (KeyboardInterrupt included) that ends the process, SIGTERM before the event loop
+handles it.
 """
 
 import dataclasses
 import hashlib
 import shutil
+import signal
 import tempfile
+import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 
 from .config import Config
 from .model import ClaimAllocation, PodMeta, SliceDevice
@@ -117,6 +123,22 @@ def log_names(scenario: Scenario) -> list[str]:
     return names
 
 
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM before the event loop takes it over (`app.serve`): unwind, so that finally
+    blocks and exit handlers remove the directory, instead of dying where we stand."""
+    raise SystemExit(128 + signum)
+
+
+def _take_sigterm() -> bool:
+    """Install `_exit_on_sigterm` where SIGTERM would kill us outright (the main thread, the
+    default disposition); whether it was installed."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return False
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    return True
+
+
 class SimulatedCluster:
     """What a real node would offer around the simulated GPUs."""
 
@@ -127,24 +149,33 @@ class SimulatedCluster:
         from .kubelet.fake_server import FakeKubelet
 
         self.directory = Path(tempfile.mkdtemp(prefix="gpu-enricher-sim-"))
-        self.kubelet: FakeKubelet = FakeKubelet(self.directory / "kubelet.sock")
-        self.kubelet.set_assignments(scenario.pods)
-        self.kubelet.set_claims(claim_allocations(scenario, node_name))
-        self.kubelet.set_allocatable(scenario.allocatable())
-        self.api: FakeKubeApi = FakeKubeApi()
-        self.api.set_pods(pod_object(meta, node_name) for meta in pod_metas(scenario))
-        devices = slice_devices(scenario, node_name)
-        if devices:  # the simulated DRA driver's one slice: its pool is the node
-            self.api.set_slices([slice_object(node_name, DRA_DRIVER, node_name, list(devices))])
-        self.proc_root = write_proc_root(scenario, self.directory / "proc")
-        self.log_root = self.directory / "log"
-        for name in log_names(scenario):
-            path = self.log_root / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if name.startswith("pods/"):
-                path.mkdir(exist_ok=True)
-            else:
-                path.touch()
+        # Runs once: from close(), or at interpreter exit when an exception ended the process
+        # before anyone could call close().
+        self._remove = weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
+        self._owns_sigterm = _take_sigterm()
+        try:
+            self.kubelet: FakeKubelet = FakeKubelet(self.directory / "kubelet.sock")
+            self.kubelet.set_assignments(scenario.pods)
+            self.kubelet.set_claims(claim_allocations(scenario, node_name))
+            self.kubelet.set_allocatable(scenario.allocatable())
+            self.api: FakeKubeApi = FakeKubeApi()
+            self.api.set_pods(pod_object(meta, node_name) for meta in pod_metas(scenario))
+            devices = slice_devices(scenario, node_name)
+            if devices:  # the simulated DRA driver's one slice: its pool is the node
+                self.api.set_slices([slice_object(node_name, DRA_DRIVER, node_name,
+                                                  list(devices))])
+            self.proc_root = write_proc_root(scenario, self.directory / "proc")
+            self.log_root = self.directory / "log"
+            for name in log_names(scenario):
+                path = self.log_root / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if name.startswith("pods/"):
+                    path.mkdir(exist_ok=True)
+                else:
+                    path.touch()
+        except BaseException:
+            self.close()
+            raise
 
     def configure(self, config: Config) -> Config:
         """Point the exporter at the fakes."""
@@ -160,4 +191,12 @@ class SimulatedCluster:
             await self.api.stop()
             await self.kubelet.stop()
         finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self.close()
+
+    def close(self) -> None:
+        """Remove the directory and give SIGTERM back to its default; idempotent, so that
+        stop() and the exporter's own exit path may both call it."""
+        self._remove()
+        if self._owns_sigterm and signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self._owns_sigterm = False

@@ -12,6 +12,12 @@ from .model import AllocatableDevices, PodAssignment
 
 Range = tuple[float, float]
 
+MIG_COMPUTE_SLICES: Final = 7
+"""The most compute slices of a MIG-capable GPU (A100, H100, H200, B200: 7; A30: 4), so the
+most that a GPU's instances may take together."""
+PID_MAX: Final = 4_194_304
+"""Linux's largest pid (PID_MAX_LIMIT on 64-bit)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SimProcess:

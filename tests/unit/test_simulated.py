@@ -1,5 +1,9 @@
 """The simulated node: deterministic, moving values; scenario files and their errors."""
 
+import os
+import threading
+import time
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -147,3 +151,157 @@ def test_scenario_errors_name_file_and_key(tmp_path: Path, text: str, message: s
         load_scenario(path)
     assert str(err.value).startswith(str(path))
     assert message in str(err.value)
+
+
+# Issue 13, defect 6: strict types, no duplicates, positions, a safe loader.
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # Strings are not numbers, booleans are not numbers, floats are not integers.
+        ('gpus: [{utilization: "50"}]', ":1: gpus[0].utilization: expected a number or"),
+        ("gpus: [{utilization: true}]", ":1: gpus[0].utilization: expected a number or"),
+        ("gpus: [{utilization: .inf}]", ":1: gpus[0].utilization: expected a number or"),
+        ("gpus: [{memory_mib: 81559.0}]", ":1: gpus[0].memory_mib: expected a non-negative"),
+        ("gpus: [{memory_mib: true}]", ":1: gpus[0].memory_mib: expected a non-negative"),
+        ("period_seconds: [10, 20]\ngpus: [{}]", ":1: period_seconds: expected a number"),
+        ("gpus: [{lost: 'no'}]", ":1: gpus[0].lost: expected true or false, got 'no'"),
+        ("gpus: [{lost: 1}]", ":1: gpus[0].lost: expected true or false, got 1"),
+        # Numbers are not strings: quoting says what is meant (550.120 would read as 550.12).
+        ("driver_version: 550.120\ngpus: [{}]", ":1: driver_version: expected a string"),
+        ("gpus: [{model: 100}]", ":1: gpus[0].model: expected a string, got 100"),
+        ("gpus: [{pci_bus_id: 00000000:18:00.0}]", ":1: gpus[0].pci_bus_id: expected a string"),
+        ("gpus: [{processes: [{pid: 1, name: 7}]}]", "gpus[0].processes[0].name: expected a str"),
+        ("gpus: [{processes: [{pid: 1, pid: 2}]}]",
+         ":1:30: invalid YAML: duplicate key 'pid' (first on line 1)"),
+        ("gpus: [{xids: 13}]", ":1: gpus[0].xids: expected a list"),
+        ("gpus: [{mig: {gi: 1, profile: 1g.10gb}}]", ":1: gpus[0].mig: expected a list"),
+        ("gpus: {model: x}", ":1: gpus: expected a non-empty list"),
+        ("gpus: [{}]\npods: {a: 1}", ":2: pods: expected a list"),
+        ("gpus: [{}, {}]\npods: [{namespace: a, pod: b, container: c, gpus: [true]}]",
+         ":2: pods[0].gpus[0]: no GPU True in this scenario"),
+        ("gpus: [{mig: [{gi: 1, profile: 1g.10gb}]}]\n"
+         "pods: [{namespace: a, pod: b, container: c, mig: [[0, true]]}]",
+         ":2: pods[0].mig[0]: no GPU instance [0, True] in this scenario"),
+        ("gpus: [{}]\npods: [{namespace: a, pod: b, container: c, labels: {team: 1}}]",
+         ":2: pods[0].labels['team']: expected a string, got 1"),
+        ("gpus: [{}]\npods: [{namespace: a, pod: b, container: c, device_ids: [3]}]",
+         ":2: pods[0].device_ids[0]: expected a string, got 3"),
+        ("gpus: [{}]\npods: [{namespace: a, pod: b, container: c, claim: x, gpus: 0}]",
+         ":2: pods[0].gpus: expected a list"),
+        # No duplicate series: one GPU instance per id, within what a GPU holds.
+        ("gpus:\n  - mig:\n    - {gi: 1, profile: 1g.10gb}\n    - {gi: 1, profile: 2g.20gb}",
+         ":4: gpus[0].mig[1].gi: GPU instance 1 is already gpus[0].mig[0]"),
+        ("gpus: [{mig: [{gi: 1, profile: 4g.40gb}, {gi: 2, profile: 4g.40gb}]}]",
+         ":1: gpus[0].mig: the GPU instances take 8 compute slices; a GPU has 7"),
+        ("gpus: [{memory_mib: 20000, mig: [{gi: 1, profile: 1g.10gb, memory_mib: 10000},"
+         " {gi: 2, profile: 1g.10gb, memory_mib: 10001}]}]",
+         ":1: gpus[0].mig: the GPU instances hold 20001 MiB; the GPU has 20000"),
+        ("gpus: [{mig: [{gi: 1, profile: big}]}]",
+         ":1: gpus[0].mig[0].profile: expected a MIG profile such as 1g.10gb, got 'big'"),
+        ("gpus: [{uuid: GPU-1}, {uuid: GPU-1}]", ":1: gpus[1].uuid: 'GPU-1' is already gpus[0]"),
+        ("gpus: [{}, {pci_bus_id: '00000000:18:00.0'}]",
+         ":1: gpus[1].pci_bus_id: '00000000:18:00.0' is already gpus[0]"),
+        ("gpus: [{processes: [{pid: 5}, {pid: 5}]}]",
+         ":1: gpus[0].processes[1].pid: pid 5 is already gpus[0].processes[0]"),
+        ("gpus: [{processes: [{pid: 5, name: a}]}, {processes: [{pid: 5, name: b}]}]",
+         ":1: gpus[1].processes[0]: pid 5 is gpus[0].processes[0] with another name or pod"),
+        ("gpus: [{mig: [{gi: 1, profile: 1g.10gb}], processes: [{pid: 5, gi: 2}]}]",
+         ":1: gpus[0].processes[0].gi: no GPU instance 2 on this GPU"),
+        ("gpus: [{processes: [{pid: 5, gi: 1}]}]",
+         ":1: gpus[0].processes[0].gi: no GPU instance 1 on this GPU (it is not in MIG mode)"),
+        ("gpus: [{mig: [{gi: 1, profile: 1g.10gb}], processes: [{pid: 5}]}]",
+         ":1: gpus[0].processes[0].gi: required on a GPU in MIG mode"),
+        # Positions: the line of the value, of the unknown key, or of the mapping lacking one.
+        ("seed: 1\ngpus:\n  - model: x\n    utilization: [90, 10]\n",
+         ":4: gpus[0].utilization: expected a number or [low, high] with low <= high"),
+        ("seed: 1\ngpus:\n  - model: x\n    colour: red\n", ":4: gpus[0]: unknown key 'colour'"),
+        ("gpus:\n  - mig:\n      - gi: 1\n        memory_mib: 5\n",
+         ":3: gpus[0].mig[0].profile: required"),
+        ("gpus: [{}]\npodz: []\n", ":2: unknown key 'podz' (did you mean 'pods'?)"),
+        # The loader: no aliases (no billion laughs), no tags, no deep nesting, UTF-8 text.
+        ("gpus: &g [{}]\npods: *g\n", ":1:7: invalid YAML: anchors and aliases are not allowed"),
+        ("gpus: [!!python/object:os.system {}]", ":1:8: invalid YAML: tag"),
+        ("gpus: [{model: !!binary aGk=}]", ":1:16: invalid YAML: tag"),
+        ("gpus: " + "[" * 200 + "]" * 200, ":1:22: invalid YAML: nested more than 16 levels deep"),
+        # A date is text (the format has no dates): not a number, and no crash on 02-30.
+        ("seed: 2001-02-30\ngpus: [{}]",
+         ":1: seed: expected a non-negative integer, got '2001-02-30'"),
+        ("seed: 1" + "0" * 5000 + "\ngpus: [{}]", ":1:7: invalid YAML:"),
+        ("gpus: [{model: a\x00b}]", ":1:17: invalid YAML: unacceptable character #x0000"),
+        ("", ": expected a mapping, got nothing"),
+        ("---\ngpus: [{}]\n---\ngpus: [{}]\n", ":3:1: invalid YAML: expected a single document"),
+    ],
+)
+def test_scenario_is_strict_and_says_where(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value).startswith(f"{path}:"), str(err.value)
+    assert message in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_billion_laughs_is_refused_at_once(tmp_path: Path) -> None:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, 10)]
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join([*lines, "gpus: [{model: *a9}]"]) + "\n")
+    started = time.monotonic()
+    with pytest.raises(ScenarioError, match="anchors and aliases are not allowed"):
+        load_scenario(path)
+    assert time.monotonic() - started < 1
+
+
+def test_a_scenario_over_1_mib_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("gpus: [{}]\n" + "#" * (1 << 20) + "\n")
+    with pytest.raises(ScenarioError, match=r"big\.yaml: larger than 1 MiB"):
+        load_scenario(path)
+    path.write_text("gpus: [{}]\n" + "#" * ((1 << 20) - 20) + "\n")
+    assert len(load_scenario(path).gpus) == 1, "1 MiB itself is fine"
+
+
+def test_only_a_regular_file_is_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "node.yaml"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            load_scenario(fifo)
+            outcome.append(None)
+        except BaseException as exc:  # whatever it is, the test reports it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(5)
+    if thread.is_alive():  # blocked in open(): a writer lets it go, then the test fails
+        with open(fifo, "w"):
+            pass
+        thread.join(5)
+        pytest.fail("opening a FIFO blocked")
+    assert isinstance(outcome[0], ScenarioError), outcome
+    assert str(outcome[0]) == f"{fifo}: not a regular file"
+    with pytest.raises(ScenarioError, match=": not a regular file"):
+        load_scenario(tmp_path)
+    with pytest.raises(ScenarioError, match=": cannot read scenario: No such file"):
+        load_scenario(tmp_path / "missing.yaml")
+
+
+def test_non_utf8_bytes_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_bytes(b"seed: 1\ngpus: [{model: \xff}]\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}:2:16: invalid YAML: not UTF-8 text (byte 0xff)"
+
+
+def test_the_builtin_scenario_passes_the_file_checks(tmp_path: Path) -> None:
+    path = tmp_path / "builtin.yaml"
+    path.write_text(resources.files("gpu_enricher").joinpath("builtin-scenario.yaml")
+                    .read_text("utf-8"))
+    assert load_scenario(path) == builtin_scenario()
