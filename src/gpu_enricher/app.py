@@ -3,8 +3,10 @@
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -200,14 +202,43 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def end_process(status: int) -> None:
+    """Exit once everything of ours is closed, without the interpreter's finalization: it
+    would wait on nothing we need, could hang on a driver call still stuck on a daemon thread,
+    and resets the signal handlers, so a late SIGTERM would turn exit 0 into 143."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
+def exit_now(signum: int, _frame: object) -> None:
+    """A second SIGTERM/SIGINT: exit 0 at once, whatever is still closing."""
+    log.warning("second signal (%s) while shutting down: exiting now",
+                signal.Signals(signum).name)
+    logging.shutdown()
+    os._exit(0)
+
+
 async def serve(app: web.Application, config: Config, sockets: list[socket.socket]) -> int:
     """Start the app (collection loop included) on already bound sockets, log "serving" and
     run until SIGTERM/SIGINT; returns the exit status."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+
+    def on_signal() -> None:
+        # From now on a second signal means now (issue 13): handled in Python, not by the
+        # loop, so it still works while the loop closes.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, exit_now)
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):  # first: a signal during start-up is clean
-        loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+        loop.add_signal_handler(signum, on_signal)
+    # In-flight scrapes get 1 s: with the sources' and the backend's bounded close, SIGTERM
+    # exits within 2 s whatever NVML, the kubelet or a client is doing (issue 13, defect 1).
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     try:
         await runner.setup()
         for sock in sockets:
@@ -242,7 +273,12 @@ def run(config: Config, counters: tuple[CounterLine, ...],
                                    (lambda: cluster.api.url) if cluster else None)
         app = make_app(collector, cluster)
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            return runner.run(serve(app, config, sockets))
+            status = runner.run(serve(app, config, sockets))
+        # Closing the loop may have reset the handlers: a signal during the rest of the exit
+        # ends it now, rather than killing the process with 143.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, exit_now)
+        return status
     finally:
         for sock in sockets:
             sock.close()

@@ -229,4 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CountersFileError, ScenarioError) as exc:
         print(f"gpu-enricher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return run(config, counters, backend)
+    status = run(config, counters, backend)
+    if argv is None:  # the process itself, not a caller in-process
+        from .app import end_process
+
+        end_process(status)
+    return status

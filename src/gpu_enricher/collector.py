@@ -10,7 +10,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from .backend import BackendUnavailable, GpuBackend
 from .clock_events import ClockEventSource
@@ -27,17 +26,21 @@ from .model import (
     SliceDirectory,
     SourceHealth,
 )
-from .news import Unmatched, report_gpu_changes
+from .news import Unmatched, report_gpu_changes, report_plan
 from .ownmetrics import OwnMetrics
 from .query import Document, encode
 from .render import Exposition
 from .selfmetrics import allocation_family, claim_family, self_families
 from .sources import Source, SourceSet
+from .worker import BlockingWorker
 from .xid import XidSnapshot
 
 log = logging.getLogger(__name__)
 
 WAITING_FOR_FIRST_PASS = "waiting for the first collection pass"
+MAX_REOPEN_DELAY_SECONDS = 300.0
+CLOSE_SECONDS = 0.5
+"""The longest shutdown waits for the backend's close: SIGTERM exits within 2 s."""
 
 
 class Collector:
@@ -74,16 +77,16 @@ class Collector:
         self.options = options
         self._join = options.join()
         self._wall_clock = wall_clock
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
+        self._worker = BlockingWorker("nvml")
         self.plan: CounterPlan | None = None
         self.snapshot: NodeSnapshot | None = None
         self.ready = False
         self.not_ready_reason = WAITING_FOR_FIRST_PASS
         """Why /ready says 503: the same words as the log line that reported it."""
         self.running = False
-        self._call_started: float | None = None
         self._opened = False
         self._backend_error: str | None = None
+        self._lost_streak = 0  # reopens since the backend last answered a pass
         self._collections = 0
         self._errors: Counter[str] = Counter()
         self._last_duration: float | None = None
@@ -150,15 +153,11 @@ class Collector:
 
     def stalled_for(self) -> float:
         """How long the backend call in progress has been running (0 when none is)."""
-        started = self._call_started
+        started = self._worker.running_since
         return 0.0 if started is None else time.monotonic() - started
 
     async def _call(self, fn: Callable[[], object]) -> object:
-        self._call_started = time.monotonic()
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-        finally:
-            self._call_started = None
+        return await asyncio.wrap_future(self._worker.submit(fn))
 
     async def open_backend(self) -> None:
         """Open the backend, retrying with capped exponential backoff and jitter."""
@@ -178,25 +177,19 @@ class Collector:
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self.options.retry_max_seconds)
                 continue
-            if self._backend_error is not None:
+            if self._backend_error is not None and not self._lost_streak:
                 log.warning("%s backend available again", self.backend.name)
                 self.not_ready_reason = WAITING_FOR_FIRST_PASS
-            self._backend_error = None
+            if not self._lost_streak:  # after a reopen: up once a pass answers (_sample)
+                self._backend_error = None
             self._opened = True
             break
         plan, warnings = plan_counters(
             self.options.counters, self.backend.deliverable_fields(), self.backend.name
         )
-        for warning in warnings:
-            log.warning("%s", warning)
+        if plan != self.plan:  # logged once, not again on every reopen
+            report_plan(plan, warnings, self.options.counters, self.backend.name)
         self.plan = plan
-        if not plan.metrics and not plan.label_fields:
-            files = sorted({line.path for line in self.options.counters})
-            log.error("none of the fields in %s can be delivered by the %s backend on this host: "
-                      "/metrics carries only the exporter's own metrics", ", ".join(files),
-                      self.backend.name)
-        log.info("collecting %d metric fields and %d label fields from the %s backend",
-                 len(plan.metrics), len(plan.label_fields), self.backend.name)
 
     async def collect_once(self) -> None:
         """One pass: NVML on its thread and the concurrent sources (the kubelet's `List`)
@@ -210,11 +203,15 @@ class Collector:
                       for s in self.sources if not s.after_gpus]
         try:
             await self._sample(fields, started)
-            if concurrent and not self.ready:  # /ready never waits for the kubelet
+            derived: tuple[Source[object], ...] = (self.clock_events, self.gpu_health)
+            for pure in derived:  # from the pass itself, no I/O
+                await self._sources.refresh(pure, self.snapshot)
+            # /ready never waits for the kubelet: the first pass shows early if it is slow.
+            if not self.ready and not all(task.done() for task in concurrent):
                 self.exposition = self._render()
                 self.ready = True
             for source in self.sources:
-                if source.after_gpus:
+                if source.after_gpus and source not in derived:
                     await self._sources.refresh(source, self.snapshot)
             await asyncio.gather(*concurrent)  # each bounded by the source set's deadline
         finally:
@@ -231,14 +228,22 @@ class Collector:
             self._errors[error.reason] += 1
         report_gpu_changes(self.snapshot, snapshot)
         self.snapshot = snapshot
+        if self._lost_streak:
+            log.warning("%s backend answers again after %d reopen(s)", self.backend.name,
+                        self._lost_streak)
+            self._lost_streak, self._backend_error = 0, None
         self._collections += 1
         self._last_success = self._wall_clock()
         self._last_duration = time.perf_counter() - started
 
     async def _reopen(self, exc: BackendUnavailable) -> None:
         """The backend went away mid-run: every GPU reports down (its DCGM series vanish,
-        `gpu_enricher_gpu_up` goes 0) until the backend opens again, with backoff."""
-        log.error("%s backend lost: %s; reopening", self.backend.name, exc.message)
+        `gpu_enricher_gpu_up` goes 0) until a pass answers again. A driver that keeps failing
+        after a reopen is retried with backoff doubling from one interval to 32 (at most 5
+        minutes) and logged once, not every pass (issue 13, defect 7)."""
+        self._lost_streak += 1
+        (log.error if self._lost_streak == 1 else log.debug)(
+            "%s backend lost: %s; reopening", self.backend.name, exc.message)
         self._errors[exc.reason] += 1
         self._opened = False
         self._backend_error = exc.message
@@ -249,6 +254,10 @@ class Collector:
                 self.snapshot.driver_version)
         self.exposition = self._render()
         await self._call(self.backend.close)
+        if self._lost_streak > 1:
+            interval = self.options.interval_seconds
+            await asyncio.sleep(min(interval * 2 ** (self._lost_streak - 2), interval * 32,
+                                    MAX_REOPEN_DELAY_SECONDS))
         await self.open_backend()
 
     async def run(self) -> None:
@@ -278,9 +287,14 @@ class Collector:
         finally:
             self.running = False
             await self._sources.close()
-            if self._call_started is None:
-                await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self.backend.close)
-            else:  # closing would queue behind the hung call and block shutdown
+            # A call still running (hung in the driver) would hold the close up behind it: it
+            # is abandoned with its daemon thread (issue 13, defect 1).
+            if self._worker.running_since is None:
+                try:
+                    await asyncio.wait_for(self._call(self.backend.close), CLOSE_SECONDS)
+                except TimeoutError:
+                    log.warning("closing the %s backend did not finish within %g s; leaving it",
+                                self.backend.name, CLOSE_SECONDS)
+            else:
                 log.warning("exiting with a %s call still running", self.backend.name)
-            self._executor.shutdown(wait=False)
+            self._worker.stop()

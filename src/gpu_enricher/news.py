@@ -1,9 +1,11 @@
 """Log lines that report a change once, not on every pass: a GPU that stops or resumes
-answering, a kubelet device ID or a DRA claimed device that matches nothing on this node."""
+answering, a kubelet device ID or a DRA claimed device that matches nothing on this node, the
+counters plan (once, not again on every NVML reopen)."""
 
 import logging
 from collections.abc import Iterable, Mapping
 
+from .counters import CounterLine, CounterPlan
 from .model import NodeSnapshot
 
 log = logging.getLogger("gpu_enricher.collector")
@@ -38,3 +40,15 @@ class Unmatched:
                 self._seen.add(item)
                 log.warning("%s %r matches no GPU or MIG instance of this node%s", what, item,
                             hint)
+
+
+def report_plan(plan: CounterPlan, warnings: Iterable[str], counters: Iterable[CounterLine],
+                backend: str) -> None:
+    for warning in warnings:
+        log.warning("%s", warning)
+    if not plan.metrics and not plan.label_fields:
+        files = sorted({line.path for line in counters})
+        log.error("none of the fields in %s can be delivered by the %s backend on this host: "
+                  "/metrics carries only the exporter's own metrics", ", ".join(files), backend)
+    log.info("collecting %d metric fields and %d label fields from the %s backend",
+             len(plan.metrics), len(plan.label_fields), backend)

@@ -156,7 +156,9 @@ class XidSource:
         if thread is None:
             return
         self._stop.set()
-        await asyncio.to_thread(thread.join, 5.0 + self.wait_ms / 1000.0)
+        # A healthy thread ends within one wait; one hung in a driver call is abandoned (a
+        # daemon) rather than holding SIGTERM up.
+        await asyncio.to_thread(thread.join, 0.2 + self.wait_ms / 1000.0)
         if thread.is_alive():
             log.warning("the NVML event thread did not stop; leaving it (a daemon thread)")
         self._thread = None

@@ -16,6 +16,9 @@ from prometheus_client.metrics_core import Metric
 
 from .model import NodeSnapshot, SourceHealth
 
+CLOSE_SECONDS = 1.0
+"""How long shutdown waits for the sources to close."""
+
 log = logging.getLogger(__name__)
 
 SnapshotT_co = TypeVar("SnapshotT_co", covariant=True)
@@ -103,10 +106,20 @@ class SourceSet:
     def families(self) -> list[Metric]:
         return [family for source in self.all for family in source.families()]
 
-    async def close(self) -> None:
-        """Close every source, whatever one of them raises."""
-        for source in self.all:
+    async def close(self, timeout_seconds: float = CLOSE_SECONDS) -> None:
+        """Close every source together, whatever one of them raises, and give up on those
+        still closing after `timeout_seconds` (SIGTERM must exit within 2 s)."""
+        async def close_one(source: Source[object]) -> None:
             try:
                 await source.close()
             except Exception:
                 log.exception("closing the %s source failed", source.name)
+
+        tasks = {asyncio.ensure_future(close_one(s)): s.name for s in self.all}
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout_seconds)
+        for task in pending:
+            log.warning("the %s source did not close within %g s; leaving it", tasks[task],
+                        timeout_seconds)
+            task.cancel()

@@ -578,6 +578,7 @@ struct config {
     long minor[MAX_GPUS]; /* -1: default (= index) */
     char driver_version[80];
     int init_error;
+    int count_error;
     unsigned long delay_us;
     const struct cost_profile *cost; /* FAKE_NVML_COST_PROFILE; NULL: off */
 };
@@ -988,6 +989,19 @@ static int load_env(void)
             bad = 1;
         } else {
             c.init_error = (int)e;
+        }
+    }
+
+    s = getenv("FAKE_NVML_COUNT_ERROR");
+    if (s && *skip_ws(s)) {
+        char *end;
+        errno = 0;
+        long e = strtol(s, &end, 10);
+        if (errno || *skip_ws(end) || e < 0 || e > 0x7FFFFFFF) {
+            set_error("bad %s=%s", "FAKE_NVML_COUNT_ERROR", s);
+            bad = 1;
+        } else {
+            c.count_error = (int)e;
         }
     }
 
@@ -1832,7 +1846,9 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
     nvmlReturn_t rc = begin_plain(SYM_nvmlDeviceGetCount_v2, 1);
-    if (rc == NVML_SUCCESS) {
+    if (rc == NVML_SUCCESS && g_env.count_error)
+        rc = (nvmlReturn_t)g_env.count_error;
+    else if (rc == NVML_SUCCESS) {
         if (!deviceCount)
             rc = NVML_ERROR_INVALID_ARGUMENT;
         else

@@ -321,3 +321,48 @@ async def test_driver_reload_reinitialises_nvml(fake: FakeNvml,
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_driver_that_keeps_failing_is_reopened_with_backoff_and_logged_once(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """nvmlInit works but every pass's nvmlDeviceGetCount answers UNINITIALIZED (issue 13,
+    defect 7): reopened with backoff doubling from one interval to 32, one ERROR line, NVML
+    reported down meanwhile, one line when it answers again."""
+    import asyncio
+    import logging
+
+    monkeypatch.setenv("FAKE_NVML_GPU_COUNT", "2")
+    monkeypatch.setenv("FAKE_NVML_COUNT_ERROR", "1")
+    fake.reset()
+    collector = Collector(NvmlBackend(), CollectorOptions(
+        interval_seconds=0.05, hostname=None, counters=parse_counters(CSV, "t.csv"),
+        retry_initial_seconds=0.05))
+    caplog.set_level(logging.DEBUG, logger="gpu_enricher")
+    task = asyncio.create_task(collector.run())
+    try:
+        await asyncio.sleep(2.0)
+        inits = fake.calls("nvmlInitWithFlags")
+        # Without backoff: one reopen per 50 ms pass, ~40. With it: 50, 100, … 1600 ms.
+        assert 3 <= inits <= 8, inits
+        text = collector.exposition.text.decode()
+        assert metric_value(text, "gpu_enricher_source_up", source="nvml") == 0
+        lost = [r for r in caplog.records if "backend lost" in r.getMessage()]
+        assert [r.levelname for r in lost if r.levelno >= logging.INFO] == ["ERROR"]
+        plans = [r for r in caplog.records if r.getMessage().startswith("collecting ")]
+        assert len(plans) == 1, "the counters plan is logged once, not on every reopen"
+        monkeypatch.delenv("FAKE_NVML_COUNT_ERROR")
+        fake.reset()
+        for _ in range(200):  # the next reopen is at most 1.6 s away
+            if metric_value(collector.exposition.text.decode(), "gpu_enricher_source_up",
+                            source="nvml") == 1:
+                break
+            await asyncio.sleep(0.02)
+        text = collector.exposition.text.decode()
+        assert metric_value(text, "gpu_enricher_source_up", source="nvml") == 1
+        assert "DCGM_FI_DEV_POWER_USAGE{" in text
+        again = [r for r in caplog.records if "answers again after" in r.getMessage()]
+        assert len(again) == 1 and again[0].levelname == "WARNING"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
