@@ -3,24 +3,12 @@ is doing (issue 13, defect 1), a second signal at once."""
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.integration.test_process import Exporter, get
+from tests.integration.test_process import exporters as exporters  # the fixture
 
 HUNG = {"FAKE_NVML_DEVICE_DELAY_US": str(60_000_000)}  # every device call sleeps a minute
-
-
-@pytest.fixture
-def exporters() -> Iterator[list[Exporter]]:
-    started: list[Exporter] = []
-    yield started
-    for exp in started:
-        if exp.proc.poll() is None:
-            exp.proc.kill()
-            exp.proc.communicate()
 
 
 def nvml_exporter(fake_nvml_path: Path, env: dict[str, str]) -> Exporter:
