@@ -149,11 +149,17 @@ class SimulatedBackend:
 
     def _limits(self, gpu: SimGpu, t: float, busy: float) -> dict[str, FieldValue]:
         """Power limits, throttling and identity labels as a passively cooled data-centre GPU
-        reports them: no fan, no retired pages (row remapping replaced them), no NVLink."""
+        reports them: no fan, no retired pages (row remapping replaced them), no NVLink. A GPU
+        with `thermal_slowdown` is held back by HW thermal slowdown the whole time."""
         limit = round(max(gpu.power_watts[1] * 1.1, 70.0))
         power_capped = busy > 0.9
         # Throttling time grows while the GPU runs into its power cap (ns, monotonic).
         capped_ns = int(1e9 * t * 0.05 * (gpu.power_watts[1] > 300))
+        # 0x4: software power cap; 0x1: GPU idle; 0x40: HW thermal slowdown (NVML's
+        # clocks-event reason bits).
+        reasons = 0x4 if power_capped else (0x1 if busy < 0.05 else 0)
+        if gpu.thermal_slowdown:
+            reasons |= 0x40
         return {
             "DCGM_FI_DEV_POWER_MGMT_LIMIT": float(limit),
             "DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN": float(round(limit * 0.3)),
@@ -161,11 +167,10 @@ class SimulatedBackend:
             "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": float(limit),
             "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": float(limit),
             "DCGM_FI_DEV_PSTATE": 0 if busy > 0.05 else 8,
-            # 0x4: software power cap; 0x1: GPU idle (NVML's clocks-event reason bits).
-            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0x4 if power_capped else (0x1 if busy < 0.05
-                                                                          else 0),
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": reasons,
             "DCGM_FI_DEV_POWER_VIOLATION": capped_ns,
-            "DCGM_FI_DEV_THERMAL_VIOLATION": 0,
+            # Slowed down the whole time: the time grows with the clock (ns, monotonic).
+            "DCGM_FI_DEV_THERMAL_VIOLATION": int(1e9 * t) if gpu.thermal_slowdown else 0,
             "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 0,
             "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": 0,
             # An always idle GPU is held back by low utilisation the whole time.

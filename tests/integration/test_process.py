@@ -5,7 +5,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -209,24 +208,30 @@ def test_kubernetes_mode_without_kubelet_socket(exporters: list[Exporter], tmp_p
     assert err.count("no kubelet pod-resources socket") == 1, err
 
 
-def run_to_exit(args: list[str], timeout: float = 20) -> tuple[int, list[str]]:
+def run_to_exit(args: list[str], timeout: float = 20,
+                tmpdir: Path | None = None) -> tuple[int, list[str]]:
+    """The exporter run to its exit; with `tmpdir` as its TMPDIR (its temporary files there)."""
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     proc = subprocess.run([sys.executable, "-m", "gpu_enricher", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+                          text=True, timeout=timeout, check=False, env=env)
     return proc.returncode, proc.stderr.splitlines()
 
 
-def test_a_taken_port_is_one_line_with_a_hint_and_exit_1() -> None:
-    kubelet_dirs = Path(tempfile.gettempdir()).glob("gpu-enricher-kubelet-*")
-    before = set(kubelet_dirs)
+SIM_DIR_PREFIX = "gpu-enricher-sim-"
+"""The simulated node's private temporary directory (sim_cluster.SimulatedCluster)."""
+
+
+def test_a_taken_port_is_one_line_with_a_hint_and_exit_1(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code, err = run_to_exit(["--simulate", "-a", f"127.0.0.1:{port}"])
+        code, err = run_to_exit(["--simulate", "-a", f"127.0.0.1:{port}"], tmpdir=tmp_path)
     assert code == 1
     assert len(err) == 1, err  # nothing was started: no "collecting", no "serving"
-    after = set(Path(tempfile.gettempdir()).glob("gpu-enricher-kubelet-*"))
-    assert after <= before, "not even the simulated node's fake kubelet socket folder"
+    # Its own TMPDIR, so another exporter's directory in the shared /tmp cannot confuse this.
+    left = sorted(p.name for p in tmp_path.glob(f"{SIM_DIR_PREFIX}*"))
+    assert not left, f"not even the simulated node's temporary directory: {left}"
     assert err[0].endswith(
         f"ERROR gpu_enricher.app: cannot listen on 127.0.0.1:{port}: the address is already in "
         "use (another exporter on this node?); choose another with -a/--address or "

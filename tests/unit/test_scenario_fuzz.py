@@ -17,8 +17,9 @@ from gpu_enricher.simulated import SimulatedBackend
 KEYS = ["seed", "gpus", "driver_version", "period_seconds", "pods", "model", "uuid",
         "pci_bus_id", "memory_mib", "utilization", "memory_used_mib", "power_watts",
         "temperature", "sm_clock_mhz", "mem_clock_mhz", "lost", "mig", "processes", "gpm", "xids",
-        "namespace", "pod", "container", "resource", "replica", "device_ids", "uid", "labels",
-        "claim", "gi", "profile", "activity", "pid", "used_memory_mib", "name", "sm_utilization"]
+        "thermal_slowdown", "namespace", "pod", "container", "resource", "replica", "device_ids",
+        "uid", "labels", "claim", "gi", "profile", "activity", "pid", "used_memory_mib", "name",
+        "sm_utilization"]
 # YAML's syntax, values of the types it resolves, and the characters that trip readers.
 TOKENS = [*(f"{k}: " for k in KEYS), "\n", "\n  ", "\n    ", "- ", "[", "]", "{", "}", ", ",
           ": ", "&a ", "*a", "!!binary ", "!!python/object:os.system ", "!x ", "? ", "---\n",
@@ -88,7 +89,7 @@ values = st.recursive(
     lambda inner: st.lists(inner, max_size=4)
     | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=3), inner, max_size=5),
     max_leaves=30)
-gpu_like = st.dictionaries(st.sampled_from(KEYS[5:20]), values, max_size=6)
+gpu_like = st.dictionaries(st.sampled_from(KEYS[5:21]), values, max_size=6)
 mig_like = st.fixed_dictionaries({"gi": st.integers(0, 3), "profile": st.sampled_from(
     ["1g.10gb", "2g.20gb", "3g.40gb", "x"])}, optional={"memory_mib": st.integers(0, 50000)})
 process_like = st.fixed_dictionaries({"pid": st.integers(0, 5)}, optional={

@@ -1,6 +1,7 @@
 """The simulated node: deterministic, moving values; scenario files and their errors."""
 
 import os
+import re
 import threading
 import time
 from importlib import resources
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_enricher.collector import Collector, CollectorOptions
+from gpu_enricher.counters import parse_counters
 from gpu_enricher.fields import IMPLEMENTED
 from gpu_enricher.scenario import ScenarioError, builtin_scenario, load_scenario
 from gpu_enricher.simulated import SimulatedBackend
@@ -121,6 +124,71 @@ def test_scenario_file_with_lost_gpu(tmp_path: Path) -> None:
     assert [(e.reason, e.gpu_index) for e in snap.errors] == [("GpuIsLost", 1)]
 
 
+THERMAL = 0x40  # NVML's clocks-event reason bit: HW thermal slowdown
+
+
+def test_thermal_slowdown_sets_the_clock_event_bit_and_the_violation_grows(
+        tmp_path: Path) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text("gpus:\n"
+                    "  - {model: NVIDIA L4, thermal_slowdown: true}\n"
+                    "  - {model: NVIDIA L4, thermal_slowdown: false}\n"
+                    "  - {model: NVIDIA L4, thermal_slowdown:}\n"  # no value: absent
+                    "  - {model: NVIDIA L4, utilization: 100, power_watts: 500,\n"
+                    "     thermal_slowdown: true}\n")
+    scenario = load_scenario(path)
+    assert [g.thermal_slowdown for g in scenario.gpus] == [True, False, False, True]
+    clock = FakeClock()
+    sim = SimulatedBackend(scenario, clock)
+    sim.open()
+    clock.now += 10
+    first = [g.values for g in sim.sample(ALL).gpus]
+    clock.now += 20
+    later = [g.values for g in sim.sample(ALL).gpus]
+    reasons = [int(v["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]) for v in first + later]
+    assert [bool(r & THERMAL) for r in reasons] == [True, False, False, True] * 2
+    # The other reasons stay: the fully loaded one is also at its power cap (0x4).
+    assert reasons[3] == THERMAL | 0x4
+    violation = [int(v["DCGM_FI_DEV_THERMAL_VIOLATION"]) for v in first + later]
+    assert violation[0] == 10 * 10**9 and violation[4] == 30 * 10**9  # ns, monotonic
+    assert violation[1] == violation[2] == violation[5] == violation[6] == 0
+    # The built-in node's L4 sits in a badly cooled slot; the others are fine.
+    assert [g.thermal_slowdown for g in builtin_scenario().gpus] == [False, False, False, True]
+
+
+HEALTH_AND_P2P = """DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
+DCGM_EXP_GPU_HEALTH_STATUS, counter, DCGM reported health status
+DCGM_EXP_P2P_STATUS, counter, P2P NvLink status
+"""
+
+
+async def test_builtin_node_health_and_p2p_through_the_collector() -> None:
+    """The built-in node through the real collector: the L4's thermal slowdown is a THERMAL
+    WARN (every other watch PASS), and its two A100-SXM4s are NVLink peers."""
+    collector = Collector(SimulatedBackend(builtin_scenario(), FakeClock()), CollectorOptions(
+        interval_seconds=1, hostname="node-a",
+        counters=parse_counters(HEALTH_AND_P2P, "counters.csv")))
+    await collector.open_backend()
+    await collector.collect_once()
+    text = collector.exposition.text.decode()
+    health: dict[tuple[str, str], tuple[str, str]] = {}
+    p2p: dict[tuple[str, str], tuple[str, str]] = {}
+    for line in text.splitlines():
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        if line.startswith("DCGM_EXP_GPU_HEALTH_STATUS{"):
+            health[(labels["gpu"], labels["health_watch"])] = (
+                labels["health_error_code"], line.rsplit(" ", 1)[1])
+        elif line.startswith("DCGM_EXP_P2P_STATUS{"):
+            p2p[(labels["gpu"], labels["peer_gpu"])] = (labels["link_status"],
+                                                        line.rsplit(" ", 1)[1])
+    assert len(health) == 4 * 10
+    assert health[("3", "THERMAL")] == ("DCGM_FR_CLOCK_THROTTLE_THERMAL", "10")
+    assert {k: v for k, v in health.items() if k != ("3", "THERMAL")} == {
+        k: ("DCGM_FR_OK", "0") for k in health if k != ("3", "THERMAL")}
+    assert p2p[("1", "2")] == p2p[("2", "1")] == ("OK", "0")
+    assert len(p2p) == 4 * 3
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -168,6 +236,10 @@ def test_scenario_errors_name_file_and_key(tmp_path: Path, text: str, message: s
         ("period_seconds: [10, 20]\ngpus: [{}]", ":1: period_seconds: expected a number"),
         ("gpus: [{lost: 'no'}]", ":1: gpus[0].lost: expected true or false, got 'no'"),
         ("gpus: [{lost: 1}]", ":1: gpus[0].lost: expected true or false, got 1"),
+        ("gpus: [{thermal_slowdown: 'yes'}]",
+         ":1: gpus[0].thermal_slowdown: expected true or false, got 'yes'"),
+        ("gpus: [{thermal_slowdown: 1}]",
+         ":1: gpus[0].thermal_slowdown: expected true or false, got 1"),
         # Numbers are not strings: quoting says what is meant (550.120 would read as 550.12).
         ("driver_version: 550.120\ngpus: [{}]", ":1: driver_version: expected a string"),
         ("gpus: [{model: 100}]", ":1: gpus[0].model: expected a string, got 100"),
