@@ -10,8 +10,6 @@ such as `dcgm_sm_clock`), and the value is that DCGM field's (`value_field`).
 """
 
 import csv
-import os
-import stat
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Final
 from .dcgm_catalog import DCGM_FIELD_IDS, is_known_field
 from .field_spec import ValueFormat
 from .fields import IMPLEMENTED
+from .files import FileReadError, read_regular_file
 from .legacy_names import LEGACY_FIELDS
 
 PROM_TYPES: Final = ("gauge", "counter", "histogram", "summary", "label")
@@ -168,68 +167,12 @@ def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
     return tuple(lines)
 
 
-def _file_kind(mode: int) -> str | None:
-    """What a non-regular file is, for the message; None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISFIFO(mode):
-        return "FIFO (named pipe)"
-    if stat.S_ISCHR(mode):
-        return "character device"
-    if stat.S_ISBLK(mode):
-        return "block device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
-
-
-def _check_regular(path: Path, mode: int) -> None:
-    kind = _file_kind(mode)
-    if kind is not None:
-        raise CountersFileError(f"{path}: not a regular file but a {kind}")
-
-
-def _too_large(path: Path, size: str) -> CountersFileError:
-    return CountersFileError(
-        f"{path}: counters file larger than the 1 MiB limit ({MAX_COUNTERS_BYTES} bytes): {size}"
-    )
-
-
 def read_counters_bytes(path: Path) -> bytes:
-    """The file's bytes: a regular file (symlinks followed, as a ConfigMap mount needs) of at
-    most MAX_COUNTERS_BYTES. Never blocks: a FIFO would hang startup until a writer came."""
+    """The file's bytes: a regular file of at most MAX_COUNTERS_BYTES, read without blocking."""
     try:
-        # stat first: a device or FIFO is refused without being opened at all.
-        _check_regular(path, os.stat(path).st_mode)
-        # O_NONBLOCK in case it was swapped for a FIFO since; fstat checks what was opened.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise CountersFileError(f"{path}: cannot read counters file: {exc.strerror}") from None
-    chunks: list[bytes] = []
-    try:
-        st = os.fstat(fd)
-        _check_regular(path, st.st_mode)
-        if st.st_size > MAX_COUNTERS_BYTES:
-            raise _too_large(path, f"{st.st_size} bytes")
-        # At most limit + 1 bytes, whatever st_size said: the file may grow, and files such as
-        # /proc's report size 0.
-        left = MAX_COUNTERS_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise CountersFileError(f"{path}: cannot read counters file: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > MAX_COUNTERS_BYTES:
-        raise _too_large(path, f"more than {MAX_COUNTERS_BYTES} bytes read")
-    return data
+        return read_regular_file(path, MAX_COUNTERS_BYTES, "counters file")
+    except FileReadError as exc:
+        raise CountersFileError(str(exc)) from None
 
 
 def decode_counters(data: bytes, path: str) -> str:

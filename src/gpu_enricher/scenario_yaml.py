@@ -2,8 +2,6 @@
 through a safe loader that keeps each value's line for the error messages (`_Map`/`_Seq`).
 """
 
-import os
-import stat
 from pathlib import Path
 from typing import Any, Final
 
@@ -12,6 +10,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from .files import FileReadError, read_regular_file
 from .scenario_values import ScenarioError, show
 
 MAX_BYTES: Final = 1 << 20
@@ -135,25 +134,11 @@ def _position(text: str, index: int) -> tuple[int, int]:
 
 
 def _read(path: Path) -> bytes:
-    """The file's bytes: a regular file (a FIFO would block the start, a device never end) of at
-    most MAX_BYTES."""
+    """The file's bytes: a regular file of at most MAX_BYTES, read without blocking."""
     try:
-        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ScenarioError(f"{path}: not a regular file")
-        with open(fd, "rb", closefd=False) as file:
-            data = file.read(MAX_BYTES + 1)  # +1: the file may have grown since it was opened
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_BYTES:
-        raise ScenarioError(f"{path}: larger than {MAX_BYTES >> 20} MiB")
-    return data
+        return read_regular_file(path, MAX_BYTES, "scenario")
+    except FileReadError as exc:
+        raise ScenarioError(str(exc)) from None
 
 
 def read_text(path: Path) -> str:

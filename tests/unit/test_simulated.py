@@ -330,7 +330,7 @@ def test_a_billion_laughs_is_refused_at_once(tmp_path: Path) -> None:
 def test_a_scenario_over_1_mib_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_text("gpus: [{}]\n" + "#" * (1 << 20) + "\n")
-    with pytest.raises(ScenarioError, match=r"big\.yaml: larger than 1 MiB"):
+    with pytest.raises(ScenarioError, match=r"big\.yaml: scenario larger than the 1 MiB limit"):
         load_scenario(path)
     path.write_text("gpus: [{}]\n" + "#" * ((1 << 20) - 20) + "\n")
     assert len(load_scenario(path).gpus) == 1, "1 MiB itself is fine"
@@ -357,7 +357,7 @@ def test_only_a_regular_file_is_read(tmp_path: Path) -> None:
         thread.join(5)
         pytest.fail("opening a FIFO blocked")
     assert isinstance(outcome[0], ScenarioError), outcome
-    assert str(outcome[0]) == f"{fifo}: not a regular file"
+    assert str(outcome[0]) == f"{fifo}: not a regular file but a FIFO (named pipe)"
     with pytest.raises(ScenarioError, match=": not a regular file"):
         load_scenario(tmp_path)
     with pytest.raises(ScenarioError, match=": cannot read scenario: No such file"):
