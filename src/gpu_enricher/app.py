@@ -21,12 +21,15 @@ from .podlabels import PodLabelPolicy
 from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
 
 if TYPE_CHECKING:
+    import ssl
+
     from .kubelet.source import KubeletSource
     from .model import PodDirectory, SliceDirectory
     from .podlogs import LogNameSource
     from .proc_source import ProcessSource
     from .sim_cluster import SimulatedCluster
     from .sources import Source
+    from .websecurity import WebSecurity
     from .xid import XidSnapshot
 
 log = logging.getLogger(__name__)
@@ -221,9 +224,10 @@ def exit_now(signum: int, _frame: object) -> None:
     os._exit(0)
 
 
-async def serve(app: web.Application, config: Config, sockets: list[socket.socket]) -> int:
-    """Start the app (collection loop included) on already bound sockets, log "serving" and
-    run until SIGTERM/SIGINT; returns the exit status."""
+async def serve(app: web.Application, config: Config, sockets: list[socket.socket],
+                ssl_context: "ssl.SSLContext | None" = None) -> int:
+    """Start the app (collection loop included) on already bound sockets (TLS with
+    `ssl_context`), log "serving" and run until SIGTERM/SIGINT; returns the exit status."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -242,7 +246,7 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
     try:
         await runner.setup()
         for sock in sockets:
-            await web.SockSite(runner, sock).start()
+            await web.SockSite(runner, sock, ssl_context=ssl_context).start()
         log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)",
                  listen_address(config.host, config.port), app[COLLECTOR_KEY].backend.name,
                  config.collect_interval_ms, type(loop).__module__.split(".")[0])
@@ -254,7 +258,7 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
 
 
 def run(config: Config, counters: tuple[CounterLine, ...],
-        backend: GpuBackend | None = None) -> int:
+        backend: GpuBackend | None = None, security: "WebSecurity | None" = None) -> int:
     """Bind first, then build and start everything else: an address that cannot be bound is
     one log line and exit status 1 with nothing started (no NVML, no fake kubelet)."""
     try:
@@ -272,8 +276,13 @@ def run(config: Config, counters: tuple[CounterLine, ...],
         collector = make_collector(config, counters, backend, assignments,
                                    (lambda: cluster.api.url) if cluster else None)
         app = make_app(collector, cluster)
+        if security is not None:  # --web-config-file: basic auth and headers; TLS below
+            from .server import install_web_security
+
+            install_web_security(app, security)
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            status = runner.run(serve(app, config, sockets))
+            status = runner.run(serve(app, config, sockets,
+                                      security.ssl_context if security else None))
         # Closing the loop may have reset the handlers: a signal during the rest of the exit
         # ends it now, rather than killing the process with 143.
         for signum in (signal.SIGTERM, signal.SIGINT):

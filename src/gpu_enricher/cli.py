@@ -38,6 +38,7 @@ from .flag_values import (
     parse_interval,
     parse_log_format,
     parse_names,
+    parse_optional_path,
     parse_regexes,
     parse_slow_interval,
     parse_window,
@@ -146,6 +147,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         dra_drivers=get("kubernetes-dra-driver-names", parse_driver_names,
                         frozenset({"gpu.nvidia.com"})),
         node_name=env.get("NODE_NAME") or socket.gethostname(),
+        web_config_file=get("web-config-file", parse_optional_path, None),
     )
     warnings = _unimplemented_warnings(args, env)
     asked_dra = _value(args, "kubernetes-enable-dra", env)[0] is not None
@@ -205,6 +207,7 @@ def setup_logging(log_format: str, debug: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from .counters import CountersFileError, load_counters
     from .scenario import ScenarioError
+    from .webconfig import WebConfigError
 
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "inspect":
@@ -223,13 +226,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s", warning)
     try:
         counters = load_counters(counters_path(config.collectors))
+        security = None
+        if config.web_config_file is not None:  # before NVML: a bad file fails fast
+            from .websecurity import load_web_security
+
+            security = load_web_security(config.web_config_file)
         from .app import make_backend, run
 
         backend = make_backend(config)
-    except (CountersFileError, ScenarioError) as exc:
+    except (CountersFileError, ScenarioError, WebConfigError) as exc:
         print(f"gpu-enricher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    status = run(config, counters, backend)
+    status = run(config, counters, backend, security)
     if argv is None:  # the process itself, not a caller in-process
         from .app import end_process
 

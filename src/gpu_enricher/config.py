@@ -39,6 +39,7 @@ class Config:
     dra: bool = False  # --kubernetes-enable-dra: devices held through ResourceClaims
     dra_drivers: frozenset[str] = frozenset({"gpu.nvidia.com"})
     node_name: str = ""  # this node, for the Kubernetes API's field selector
+    web_config_file: Path | None = None  # exporter-toolkit's web config: TLS, basic auth
 
     @property
     def kube_api(self) -> bool:

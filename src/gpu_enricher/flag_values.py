@@ -2,6 +2,7 @@
 that says what was expected. Pure: no environment, no I/O."""
 
 import re
+from pathlib import Path
 from typing import Final
 
 DEFAULT_ADDRESS: Final = ":9400"
@@ -97,6 +98,11 @@ def parse_log_format(text: str) -> str:
     if text not in ("text", "json"):
         raise UsageError(f"invalid log format {text!r}: expected text or json")
     return text
+
+
+def parse_optional_path(text: str) -> Path | None:
+    """A path; empty (dcgm-exporter's default for --web-config-file) is none."""
+    return Path(text) if text.strip() else None
 
 
 def parse_window(text: str) -> int:

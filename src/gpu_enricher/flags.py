@@ -29,6 +29,7 @@ from .flag_values import (
     parse_interval,
     parse_log_format,
     parse_names,
+    parse_optional_path,
     parse_regexes,
     parse_slow_interval,
     parse_window,
@@ -122,6 +123,9 @@ OPTIONS: Final = (
     Option("kubeconfig", None, Path,
            "kubeconfig for the Kubernetes API outside a cluster (default: in-cluster, else "
            "$KUBECONFIG)", "PATH"),
+    Option("web-config-file", None, parse_optional_path,
+           "Prometheus exporter-toolkit web config (YAML): TLS, client certificates, basic "
+           "auth, extra response headers; read at start, a bad file exits 2", "PATH"),
 )
 IMPLEMENTED_LONG: Final = frozenset(o.long for o in OPTIONS) | {"simulate"}
 

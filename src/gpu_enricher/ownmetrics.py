@@ -21,7 +21,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector as ClientCollector
 from prometheus_client.registry import CollectorRegistry
 
-from .selfmetrics import http_families
+from .selfmetrics import AUTH_FAILURE_REASONS, http_families
 
 # Untyped upstream; the same call as the text renderer's.
 openmetrics_exposition: Final[Callable[[ClientCollector], bytes]] = openmetrics.generate_latest
@@ -42,10 +42,12 @@ class HttpCounts:
     `process_*` is: one server per process, and aiohttp's connection handlers, which count,
     know no collector."""
 
-    __slots__ = ("bad_requests",)
+    __slots__ = ("auth_failures", "bad_requests")
 
     def __init__(self) -> None:
         self.bad_requests = 0
+        # Basic auth's 401s by reason (--web-config-file), every reason present from the start.
+        self.auth_failures = dict.fromkeys(AUTH_FAILURE_REASONS, 0)
 
 
 HTTP: Final = HttpCounts()
@@ -53,7 +55,7 @@ HTTP: Final = HttpCounts()
 
 class _Http(ClientCollector):
     def collect(self) -> Iterable[Metric]:
-        return http_families(HTTP.bad_requests)
+        return http_families(HTTP.bad_requests, HTTP.auth_failures)
 
 
 class OwnMetrics:

@@ -72,11 +72,21 @@ def self_families(
     return families
 
 
-def http_families(bad_requests: int) -> list[Metric]:
+AUTH_FAILURE_REASONS = ("missing", "wrong", "busy")
+"""Why basic auth answered 401: no or malformed credentials; an unknown user or a wrong
+password; too many checks already waiting (websecurity.BasicAuth)."""
+
+
+def http_families(bad_requests: int, auth_failures: Mapping[str, int]) -> list[Metric]:
     """The HTTP server's own counts (ownmetrics.HTTP)."""
     return [_family(f"{P}http_bad_requests", "counter",
                     "Requests refused as malformed or over the request line, header or "
-                    "header count limits (answered 400).", [([], bad_requests)])]
+                    "header count limits (answered 400).", [([], bad_requests)]),
+            _family(f"{P}http_auth_failures", "counter",
+                    "Requests refused by basic auth (--web-config-file), answered 401, by "
+                    "reason: missing (no or malformed credentials), wrong (unknown user or "
+                    "wrong password), busy (too many password checks waiting).",
+                    [([("reason", r)], n) for r, n in auth_failures.items()])]
 
 
 def _per_resource(name: str, help_text: str, counts: Mapping[str, int]) -> Metric:

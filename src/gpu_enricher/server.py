@@ -4,17 +4,21 @@ import errno
 import html
 import logging
 import socket
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.log import server_logger
+from aiohttp.typedefs import Handler, Middleware
 
 from . import __version__
 from .collector import Collector
 from .ownmetrics import HTTP
 from .query import encode, filtered
 from .render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_gzip, wants_openmetrics
+
+if TYPE_CHECKING:
+    from .websecurity import BasicAuth, WebSecurity
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +154,44 @@ def build_app(collector: Collector) -> web.Application:
     app.router.add_get("/api/v1/gpus", handle_gpus)
     app.router.add_get("/", handle_index)
     return app
+
+
+def _basic_auth(auth: "BasicAuth") -> Middleware:
+    @web.middleware
+    async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        refused = await auth.check(request.headers.get("Authorization"))
+        if refused is None:
+            return await handler(request)
+        HTTP.auth_failures[refused] += 1
+        log.debug("basic auth refused %s %s from %s: %s credentials", request.method,
+                  request.path[:200], request.remote, refused)
+        # exporter-toolkit's answer: `WWW-Authenticate: Basic`, no realm.
+        return web.Response(status=401, text="Unauthorized\n",
+                            headers={"WWW-Authenticate": "Basic"})
+
+    return basic_auth
+
+
+def install_web_security(app: web.Application, security: "WebSecurity") -> None:
+    """--web-config-file on every path, as exporter-toolkit wraps every handler: its extra
+    headers on every response (401 and 404 included), and basic auth before any handler runs.
+    TLS is the listening sockets' (app.serve)."""
+    if security.headers:
+        headers = security.headers
+
+        async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
+            for name, value in headers:
+                response.headers[name] = value
+
+        app.on_response_prepare.append(add_headers)
+    auth = security.auth
+    if auth is not None:
+        app.middlewares.append(_basic_auth(auth))
+
+        async def close_auth(app: web.Application) -> None:
+            auth.close()
+
+        app.on_cleanup.append(close_auth)
 
 
 def listen_address(host: str | None, port: int) -> str:

@@ -46,15 +46,18 @@ def test_dcgm_manifest_env_and_flags_are_accepted() -> None:
            "NVIDIA_RESOURCE_NAMES": "nvidia.com/gpu.shared, nvidia.com/a100",
            "KUBERNETES_VIRTUAL_GPUS": "true", "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID": "true"}
     env["NODE_NAME"] = "gpu-node-3"
-    config, warnings = parse_config(["-d", "f", "--web-config-file", "/etc/web.yaml"], env)
+    config, warnings = parse_config(["-d", "f", "--web-config-file", "/etc/web.yaml",
+                                     "--enable-pprof"], env)
     assert config.collectors == Path("/etc/dcgm-exporter/dcp-metrics-included.csv")
     assert config.hostname is None
     assert config.kubernetes and config.gpu_id_type == "device-name" and config.virtual_gpus
     assert config.kubelet_socket == Path("/var/snap/microk8s/kubelet.sock")
     assert config.extra_resources == {"nvidia.com/gpu.shared", "nvidia.com/a100"}
     assert config.pod_uid and config.kube_api, "pod UIDs come from the Kubernetes API"
+    assert config.web_config_file == Path("/etc/web.yaml"), "implemented (issue 13)"
     joined = "\n".join(warnings)
-    assert "--web-config-file='/etc/web.yaml'" in joined
+    assert "--enable-pprof='true'" in joined
+    assert "web-config" not in joined
     assert "POD_UID" not in joined, "implemented: no warning"
     assert "devices" not in joined, "-d f is dcgm-exporter's default: nothing to warn about"
     assert len(warnings) == 1
@@ -265,7 +268,8 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     assert compat, out
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
-    assert len(ignored) == 31  # pod labels (issue 10), DRA (11), XID and clock windows (12)
+    # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13)
+    assert len(ignored) == 30
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
