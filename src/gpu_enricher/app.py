@@ -205,6 +205,10 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+CLEANUP_SECONDS = 1.5
+"""The longest shutdown waits for the app's clean-up (collection loop, sources, fakes)."""
+
+
 def end_process(status: int) -> None:
     """Exit once everything of ours is closed, without the interpreter's finalization: it
     would wait on nothing we need, could hang on a driver call still stuck on a daemon thread,
@@ -254,13 +258,20 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
         log.info("shutting down")
         return 0
     finally:
-        await runner.cleanup()
+        # Everything below is bounded on its own; this bounds the sum, whatever a source, a
+        # client or the simulated node's fakes still do (SIGTERM exits within 2 s).
+        try:
+            await asyncio.wait_for(runner.cleanup(), CLEANUP_SECONDS)
+        except TimeoutError:
+            log.warning("shutdown did not finish within %g s; exiting anyway", CLEANUP_SECONDS)
 
 
 def run(config: Config, counters: tuple[CounterLine, ...],
-        backend: GpuBackend | None = None, security: "WebSecurity | None" = None) -> int:
+        backend: GpuBackend | None = None, security: "WebSecurity | None" = None,
+        exit_process: bool = False) -> int:
     """Bind first, then build and start everything else: an address that cannot be bound is
-    one log line and exit status 1 with nothing started (no NVML, no fake kubelet)."""
+    one log line and exit status 1 with nothing started (no NVML, no fake kubelet).
+    `exit_process`: the process itself runs it, and ends once serving has (`end_process`)."""
     try:
         sockets = bind_sockets(config.host, config.port)
     except OSError as exc:
@@ -283,6 +294,10 @@ def run(config: Config, counters: tuple[CounterLine, ...],
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             status = runner.run(serve(app, config, sockets,
                                       security.ssl_context if security else None))
+            if exit_process:  # before the loop's close, which waits for every task to end
+                for sock in sockets:
+                    sock.close()
+                end_process(status)
         # Closing the loop may have reset the handlers: a signal during the rest of the exit
         # ends it now, rather than killing the process with 143.
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -237,9 +237,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CountersFileError, ScenarioError, WebConfigError) as exc:
         print(f"gpu-enricher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    status = run(config, counters, backend, security)
-    if argv is None:  # the process itself, not a caller in-process
-        from .app import end_process
-
-        end_process(status)
-    return status
+    # argv None: the process itself (not a caller in-process), which ends once serving has.
+    return run(config, counters, backend, security, exit_process=argv is None)
