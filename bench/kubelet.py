@@ -16,12 +16,20 @@ instance each. Sections (`--sections`, default all three):
   churn   RSS growth over `--churn-events` pod churn events (`-c 100`, `--churn-per-list` pods
           per List), VmRSS after `--churn-warmup` events vs at the end, one gzip scrape of
           /metrics per second meanwhile. Target: growth <= 5 MiB.
+  large   (not in the default sections) a large List answer (issue 13, defect 2): the node
+          plus `--large-pods` pods without GPUs (two containers of ten 100-byte device IDs
+          each: 24,000 pods answer ~50 MB), against the 110-pod answer. First the event
+          loop's longest stall per List: a 5 ms ticker beside KubeletSource.refresh, in a
+          process of its own pinned like the exporter, `--large-lists` Lists. Then /metrics
+          under wrk (plain, `--duration` s) with the exporter at `-c` `--large-interval` (1000:
+          a List per second), `--large-rounds` interleaved rounds. Target: p99 within 10 %.
 See bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gzip
 import json
 import os
@@ -51,13 +59,17 @@ from _common import (
     proc_cpu_seconds,
     proc_status_kib,
 )
-from fake_kubelet_proc import fake_nvml_mig_env
+from fake_kubelet_proc import ChurningKubelet, fake_nvml_mig_env
+from fake_kubelet_proc import Node as KubeletNode
 from scrape import WrkResult, parse_wrk, ratio, run_wrk
+
+from gpu_enricher.model import PodAssignment
 
 TARGET_CPU_MS_PER_PASS = 20.0
 TARGET_THROUGHPUT_RATIO = 0.85
 TARGET_P99_RATIO = 1.2
 TARGET_RSS_GROWTH_MIB = 5.0
+TARGET_LARGE_P99_RATIO = 1.10
 SCRAPE_INTERVAL_MS = 5000
 CHURN_INTERVAL_MS = 100
 
@@ -70,11 +82,14 @@ _POD = re.compile(rb',pod="([^"]*)"')
 class KubeletProc:
     """bench/fake_kubelet_proc.py in its own process; `stop()` returns its exit stats."""
 
-    def __init__(self, socket_path: Path, churn: int, cpus: set[int] | None) -> None:
+    def __init__(self, socket_path: Path, churn: int, cpus: set[int] | None,
+                 extra_pods: int | None = None) -> None:
         self.socket_path = socket_path
         self.churn = churn
         self.cpus = cpus
+        self.extra_pods = extra_pods
         self.proc: subprocess.Popen[str] | None = None
+        self.answer_bytes = 0
 
     def start(self, timeout: float = 30.0) -> None:
         cpus = self.cpus
@@ -84,16 +99,20 @@ class KubeletProc:
                 os.sched_setaffinity(0, cpus)
 
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [PYTHON, str(BENCH / "fake_kubelet_proc.py"), "--socket", str(self.socket_path),
-             "--churn", str(self.churn)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pin)
+        argv = ([PYTHON, str(BENCH / "kubelet.py"), "--serve-large", str(self.socket_path),
+                 "--large-pods", str(self.extra_pods)] if self.extra_pods is not None else
+                [PYTHON, str(BENCH / "fake_kubelet_proc.py"), "--socket", str(self.socket_path),
+                 "--churn", str(self.churn)])
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, preexec_fn=pin)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         line = self.proc.stdout.readline()  # blocks until "ready ..." or EOF
         if not line.startswith("ready") or time.monotonic() > deadline:
             _, err = self.proc.communicate(timeout=10)
             raise RuntimeError(f"fake kubelet did not start: {line!r} {err[-2000:]}")
+        if (size := re.search(r" bytes=(\d+)", line)) is not None:
+            self.answer_bytes = int(size[1])
 
     @property
     def pid(self) -> int:
@@ -443,6 +462,195 @@ def section_churn(node: Node, args: argparse.Namespace) -> str:
     return "\n".join(out)
 
 
+# --- large: a large List answer (issue 13, defect 2) ---------------------------------------
+
+def extra_pods(count: int) -> list[PodAssignment]:
+    """Pods without GPUs that make the List answer large: two containers each holding ten
+    `example.com/rdma` devices with 100-byte IDs (~2.1 kB per pod on the wire)."""
+    filler = "x" * 80
+    return [PodAssignment(f"batch-{n % 50}", f"batch-job-{n:06d}", container, "example.com/rdma",
+                          tuple(f"rdma-{n:06d}-{container[0]}-{d:03d}-{filler}"
+                                for d in range(10)))
+            for n in range(count) for container in ("worker", "sidecar")]
+
+
+async def serve_large(socket_path: Path, extra: int) -> None:
+    """The dense MIG node of fake_kubelet_proc.py plus `extra` pods without GPUs."""
+    kubelet = ChurningKubelet(socket_path, KubeletNode(), 0)
+    kubelet.set_assignments([*kubelet.node.assignments(), *extra_pods(extra)])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await kubelet.start()
+    print(f"ready {socket_path} pods={kubelet.node.pods + extra} "
+          f"bytes={kubelet.list_answer_bytes}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await kubelet.stop(grace=0.5)
+    print(json.dumps({"list_calls": kubelet.calls["v1.List"], "calls": dict(kubelet.calls)}),
+          flush=True)
+
+
+async def stall_probe(socket_path: Path, lists: int) -> None:
+    """One JSON line per List: the longest time the event loop could not run a 5 ms ticker
+    while `KubeletSource.refresh` ran, and how long the refresh took (uvloop, as the
+    exporter)."""
+    from gpu_enricher.kubelet.client import PodResourcesClient
+    from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
+
+    source = KubeletSource(PodResourcesClient(socket_path, 30.0),
+                           KubeletOptions(max_age_seconds=3600))
+    period = 0.005
+    woke = time.perf_counter()
+    worst = 0.0
+
+    async def tick() -> None:
+        nonlocal woke, worst
+        while True:
+            woke = time.perf_counter()
+            await asyncio.sleep(period)
+            worst = max(worst, time.perf_counter() - woke - period)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        for _ in range(lists):
+            await asyncio.sleep(0.3)  # the previous List's garbage and threads settle
+            worst = 0.0
+            started = time.perf_counter()
+            await source.refresh()
+            took = time.perf_counter() - started
+            worst = max(worst, time.perf_counter() - woke - period)  # the tick in progress
+            snapshot = source.snapshot()
+            print(json.dumps({"stall_ms": 1e3 * worst, "refresh_s": took, "up": snapshot.up,
+                              "assignments": len(snapshot.assignments),
+                              "errors": dict(source.health().errors)}), flush=True)
+    finally:
+        ticker.cancel()
+        await source.close()
+
+
+def run_stall_probe(socket_path: Path, lists: int, cpus: set[int] | None) -> list[dict[str, Any]]:
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    proc = subprocess.run([PYTHON, str(BENCH / "kubelet.py"), "--stall-probe", str(socket_path),
+                           "--large-lists", str(lists)], capture_output=True, text=True,
+                          check=True, preexec_fn=pin, timeout=60 + 30 * lists)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+_WRK_MAX = re.compile(r"^\s+Latency\s+\S+\s+\S+\s+(\S+)", re.M)
+
+
+def section_large(node: Node, args: argparse.Namespace) -> str:
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed (apt-get install wrk)")
+    answers = {"110 pods": 0, f"+{args.large_pods:,} pods": args.large_pods}
+    kubelets = {name: KubeletProc(node.socket(), 0, node.side_cpus, extra)
+                for name, extra in answers.items()}
+    wrk_args = argparse.Namespace(threads=args.threads, connections=args.connections)
+    stalls: dict[str, list[dict[str, Any]]] = {}
+    runs: dict[str, list[tuple[WrkResult, float, int, dict[str, int]]]] = {n: [] for n in answers}
+    started = time.monotonic()
+    try:
+        for kubelet in kubelets.values():
+            kubelet.start(timeout=120)
+        for name, kubelet in kubelets.items():
+            stalls[name] = run_stall_probe(kubelet.socket_path, args.large_lists,
+                                           node.server_cpus)
+            print(f"[{time.monotonic() - started:5.0f}s] stall probe {name}: "
+                  f"{[round(p['stall_ms'], 1) for p in stalls[name]]} ms", file=sys.stderr)
+        for rnd in range(1, args.large_rounds + 1):
+            for name, kubelet in kubelets.items():
+                server = node.exporter(name, args.large_interval, kubelet.socket_path)
+                server.start()
+                try:
+                    server.wait_status("/ready")
+                    deadline = time.monotonic() + 30
+                    while counters(metrics_text(server)[0]).get("kubelet", 0) < 1:
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("the exporter never completed a kubelet List")
+                        time.sleep(0.05)
+                    url = server.base + "/metrics"
+                    if args.warmup > 0:
+                        run_wrk(url, wrk_args, args.warmup, False, node.side_cpus)
+                    before = counters(metrics_text(server)[0]).get("kubelet", 0)
+                    wrk_out = run_wrk(url, wrk_args, args.duration, False, node.side_cpus)
+                    text = metrics_text(server)[0]
+                    lists = counters(text).get("kubelet", 0) - before
+                    errors = {m[1]: int(m[2]) for m in _ERRORS.finditer(text)}
+                finally:
+                    server.stop()
+                result = parse_wrk(wrk_out, name, "plain", rnd)
+                found = _WRK_MAX.search(wrk_out)
+                worst_ms = _duration_ms(found[1]) if found else float("nan")
+                runs[name].append((result, worst_ms, lists, errors))
+                print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {name:14} "
+                      f"{result.rps:9,.0f} req/s p99 {result.p99_ms:6.2f} ms max "
+                      f"{worst_ms:7.2f} ms, {lists} Lists, errors {errors or '-'}",
+                      file=sys.stderr)
+    finally:
+        for kubelet in kubelets.values():
+            kubelet.stop()
+    names = list(answers)
+    out = [f"### A large List answer: the event loop's longest stall per List "
+           f"({args.large_lists} Lists, a 5 ms ticker beside KubeletSource.refresh)", "",
+           "| answer | bytes | assignments | stall ms, median (max) | refresh s, median | "
+           "errors |", "|---|---:|---:|---:|---:|---|"]
+    for name in names:
+        probe = stalls[name]
+        probe_errors = {k: v for p in probe for k, v in p["errors"].items()}
+        out.append(f"| {name} | {kubelets[name].answer_bytes:,} "
+                   f"| {probe[-1]['assignments'] if probe else '-'} "
+                   f"| {median([p['stall_ms'] for p in probe]):.1f} "
+                   f"({max((p['stall_ms'] for p in probe), default=float('nan')):.1f}) "
+                   f"| {median([p['refresh_s'] for p in probe]):.3f} | {probe_errors or '-'} |")
+    out += ["", f"### /metrics while the answer is processed: wrk -t{args.threads} "
+            f"-c{args.connections} -d{args.duration}s plain, exporter -c {args.large_interval} "
+            f"(one List per pass), {args.large_rounds} interleaved rounds, medians", "",
+            "| answer | req/s | p50 ms | p99 ms | max ms | Lists in the window | kubelet errors |",
+            "|---|---:|---:|---:|---:|---:|---|"]
+    for name in names:
+        rs = runs[name]
+        errs: dict[str, int] = {}
+        for _, _, _, e in rs:
+            for k, v in e.items():
+                errs[k] = max(errs.get(k, 0), v)
+        out.append(f"| {name} | {median([r.rps for r, *_ in rs]):,.0f} "
+                   f"| {median([r.p50_ms for r, *_ in rs]):.2f} "
+                   f"| {median([r.p99_ms for r, *_ in rs]):.2f} "
+                   f"| {median([w for _, w, _, _ in rs]):.2f} "
+                   f"| {median([n for _, _, n, _ in rs]):.0f} | {errs or '-'} |")
+    small, large = (runs[n] for n in names)
+    p99 = [ratio(b[0].p99_ms, a[0].p99_ms) for a, b in zip(small, large, strict=True)]
+    if p99:
+        verdict = "met" if median(p99) <= TARGET_LARGE_P99_RATIO else "MISSED"
+        out += ["", f"- p99 large / 110 pods: {median(p99):.2f} ({min(p99):.2f}..{max(p99):.2f}"
+                f"); target <= {TARGET_LARGE_P99_RATIO:.2f}: {verdict}"]
+    return "\n".join(out)
+
+
+def run_probe(socket_path: Path, lists: int) -> None:
+    """The stall probe on uvloop when installed (the exporter's loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(stall_probe(socket_path, lists))
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(stall_probe(socket_path, lists))
+
+
+def _duration_ms(text: str) -> float:
+    found = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if found is None:
+        return float("nan")
+    return float(found[1]) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}[found[2]]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -466,15 +674,30 @@ def main() -> int:
                         help="events counted after the warm-up")
     parser.add_argument("--churn-warmup", type=int, default=500)
     parser.add_argument("--churn-timeout", type=float, default=300.0)
+    parser.add_argument("--large-pods", type=int, default=24_000,
+                        help="large: pods without GPUs added to the answer (24,000: ~50 MB)")
+    parser.add_argument("--large-interval", type=int, default=1000,
+                        help="large: exporter -c, ms (a List per pass)")
+    parser.add_argument("--large-rounds", type=int, default=3)
+    parser.add_argument("--large-lists", type=int, default=5,
+                        help="large: Lists timed by the stall probe per answer")
+    parser.add_argument("--serve-large", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
+    parser.add_argument("--stall-probe", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="by default the exporter runs on CPU 1, everything else on CPU 0")
     parser.add_argument("--server-cpus", default="1")
     parser.add_argument("--side-cpus", default="0")
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     args = parser.parse_args()
+    if args.serve_large is not None:  # the large section's fake kubelet, in its own process
+        asyncio.run(serve_large(args.serve_large, args.large_pods))
+        return 0
+    if args.stall_probe is not None:
+        run_probe(args.stall_probe, args.large_lists)
+        return 0
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in sections:
-        if s not in ("cpu", "scrape", "churn"):
+        if s not in ("cpu", "scrape", "churn", "large"):
             parser.error(f"unknown section {s!r}")
     server_cpus = {int(c) for c in args.server_cpus.split(",")} if args.pin else None
     side_cpus = {int(c) for c in args.side_cpus.split(",")} if args.pin else None
@@ -493,7 +716,8 @@ def main() -> int:
           "\n")
     try:
         for section in sections:
-            fn = {"cpu": section_cpu, "scrape": section_scrape, "churn": section_churn}[section]
+            fn = {"cpu": section_cpu, "scrape": section_scrape, "churn": section_churn,
+                  "large": section_large}[section]
             print(fn(node, args), "\n", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

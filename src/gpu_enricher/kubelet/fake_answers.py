@@ -1,8 +1,9 @@
 """What the fake kubelet answers, built from in-memory state. Pure: no gRPC server, no I/O.
 
 The fake kubelet (fake_server.py) is the I/O half: it serves these messages on a unix socket
-and applies the failure modes; this module builds the messages once per state change, so a
-List call only serializes them, and holds the kubelet's rate limiter.
+and applies the failure modes; this module builds the messages and their wire bytes once per
+state change, so a List call only hands bytes to gRPC (a large answer costs its user's event
+loop nothing per call), and holds the kubelet's rate limiter.
 """
 
 import time
@@ -23,6 +24,10 @@ class ListAnswers:
     pods: tuple[v1_pb2.PodResources, ...]
     v1: v1_pb2.ListPodResourcesResponse
     v1alpha1: v1alpha1_pb2.ListPodResourcesResponse
+    v1_wire: bytes = b""
+    """`v1` serialized: what `v1.List` sends."""
+    v1alpha1_wire: bytes = b""
+    """`v1alpha1` serialized: what `v1alpha1.List` sends."""
     assignments: tuple[PodAssignment, ...] = ()
     claims: tuple[ClaimAllocation, ...] = ()
 
@@ -105,9 +110,11 @@ def list_answers(
     # v1alpha1's messages are a wire-compatible subset of v1's (same numbers and types), so
     # the v1 bytes parse as v1alpha1. A kubelet's v1alpha1 server has no dynamic_resources
     # field to send: the parse keeps it as an unknown field, which is dropped here.
-    v1alpha1 = v1alpha1_pb2.ListPodResourcesResponse.FromString(v1.SerializeToString())
+    v1_wire = v1.SerializeToString()
+    v1alpha1 = v1alpha1_pb2.ListPodResourcesResponse.FromString(v1_wire)
     v1alpha1.DiscardUnknownFields()
-    return ListAnswers(messages, v1, v1alpha1, assignments, claims)
+    return ListAnswers(messages, v1, v1alpha1, v1_wire, v1alpha1.SerializeToString(),
+                       assignments, claims)
 
 
 def allocatable_answer(

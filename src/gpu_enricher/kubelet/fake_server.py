@@ -27,9 +27,7 @@ import grpc
 from gpu_enricher.model import AllocatableDevices, ClaimAllocation, PodAssignment
 
 from ._generated.podresources.v1 import api_pb2 as v1_pb2
-from ._generated.podresources.v1 import api_pb2_grpc as v1_grpc
 from ._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
-from ._generated.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from .fake_answers import TokenBucket, allocatable_answer, list_answers
 
 # grpcio ships no type information, so its objects are Any to mypy; the aliases name them.
@@ -38,11 +36,37 @@ ServicerContext = Any
 AioServer = Any
 """`grpc.aio.Server`."""
 
-# The generated registration helpers are untyped (grpcio-tools writes no stubs for them);
-# binding them to typed names lets strict mypy check our calls without a type: ignore.
-_Register = Callable[[object, AioServer], None]
-_add_v1_servicer: _Register = v1_grpc.add_PodResourcesListerServicer_to_server
-_add_v1alpha1_servicer: _Register = v1alpha1_grpc.add_PodResourcesListerServicer_to_server
+
+def _wire(message: Any) -> bytes:
+    """The response serializer: `List` answers are bytes made once per state change (see
+    fake_answers), passed through; other answers are messages, serialized here."""
+    if isinstance(message, bytes):
+        return message
+    data: bytes = message.SerializeToString()
+    return data
+
+
+# The request parsers of the generated stubs (grpcio-tools writes no types for them).
+_REQUESTS: dict[str, dict[str, Callable[[bytes], Any]]] = {
+    "v1.PodResourcesLister": {
+        "List": v1_pb2.ListPodResourcesRequest.FromString,
+        "GetAllocatableResources": v1_pb2.AllocatableResourcesRequest.FromString,
+        "Get": v1_pb2.GetPodResourcesRequest.FromString,
+    },
+    "v1alpha1.PodResourcesLister": {"List": v1alpha1_pb2.ListPodResourcesRequest.FromString},
+}
+
+
+def _register(server: AioServer, service: str, servicer: object) -> None:
+    """What the generated `add_PodResourcesListerServicer_to_server` does (same service and
+    method names, the generated request parsers), with `_wire` as the response serializer."""
+    handlers = {
+        method: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method), request_deserializer=parse, response_serializer=_wire)
+        for method, parse in _REQUESTS[service].items()
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
 
 METHODS = ("v1.List", "v1.GetAllocatableResources", "v1.Get", "v1alpha1.List")
 """Method names for `fail_next` and the keys of `calls`."""
@@ -147,6 +171,11 @@ class FakeKubelet:
             raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
         self._failures[method].extend([(code, details or f"injected {code.name}")] * count)
 
+    @property
+    def list_answer_bytes(self) -> int:
+        """The size of the `v1.List` answer for the current state, as sent."""
+        return len(self._answers.v1_wire)
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     @property
@@ -171,8 +200,8 @@ class FakeKubelet:
             path.unlink()
         path.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        _add_v1_servicer(_V1Servicer(self), server)
-        _add_v1alpha1_servicer(_V1alpha1Servicer(self), server)
+        _register(server, "v1.PodResourcesLister", _V1Servicer(self))
+        _register(server, "v1alpha1.PodResourcesLister", _V1alpha1Servicer(self))
         server.add_insecure_port(self.target)
         await server.start()
         # A new kubelet process has a new, full limiter.
@@ -226,11 +255,11 @@ class FakeKubelet:
             code, details = failures.popleft()
             await _abort(context, code, details)
 
-    async def _list_v1_answer(self, context: ServicerContext) -> v1_pb2.ListPodResourcesResponse:
+    async def _list_v1_answer(self, context: ServicerContext) -> bytes:
         await self._enter("v1.List", context)
-        answer = self._answers.v1
+        answer = self._answers.v1_wire
         if self.after_list is not None:
-            # Scheduled after this handler: the answer in flight keeps its message objects.
+            # Scheduled after this handler (the answer in flight is bytes, never changed).
             asyncio.get_running_loop().call_soon(self.after_list)
         return answer
 
@@ -256,11 +285,9 @@ class FakeKubelet:
             f"pod {request.pod_name} not found in {request.pod_namespace}",
         )
 
-    async def _list_v1alpha1_answer(
-        self, context: ServicerContext
-    ) -> v1alpha1_pb2.ListPodResourcesResponse:
+    async def _list_v1alpha1_answer(self, context: ServicerContext) -> bytes:
         await self._enter("v1alpha1.List", context)
-        return self._answers.v1alpha1
+        return self._answers.v1alpha1_wire
 
 
 class _V1Servicer:
@@ -271,7 +298,7 @@ class _V1Servicer:
 
     async def List(
         self, request: v1_pb2.ListPodResourcesRequest, context: ServicerContext
-    ) -> v1_pb2.ListPodResourcesResponse:
+    ) -> bytes:
         return await self._kubelet._list_v1_answer(context)
 
     async def GetAllocatableResources(
@@ -293,5 +320,5 @@ class _V1alpha1Servicer:
 
     async def List(
         self, request: v1alpha1_pb2.ListPodResourcesRequest, context: ServicerContext
-    ) -> v1alpha1_pb2.ListPodResourcesResponse:
+    ) -> bytes:
         return await self._kubelet._list_v1alpha1_answer(context)

@@ -5,10 +5,15 @@ client of the socket) or slow degrades the output: the last good assignments are
 bounded time, then dropped rather than showing possibly wrong pod labels. GPU series flow
 either way. Devices held through DRA ResourceClaims follow the same rules as the assignments:
 they come from the same `List` answer, so they are kept and dropped together.
+
+Only assignments that can name a GPU are kept (`names_a_gpu`), chosen on the client's parse
+thread: a node with thousands of pods holding RDMA or SR-IOV devices would otherwise have
+every collection pass match all of them on the event loop (issue 13, defect 2).
 """
 
 import logging
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -18,6 +23,7 @@ from typing import Final
 from prometheus_client.metrics_core import Metric
 
 from .. import names
+from ..devices import is_gpu_resource, parse_device_id
 from ..model import (
     AllocatableDevices,
     AssignmentSnapshot,
@@ -27,11 +33,29 @@ from ..model import (
     SourceHealth,
 )
 from ..selfmetrics import kubelet_families
-from .client import SOCKET_MISSING, KubeletError, PodResourcesClient
+from .client import SOCKET_MISSING, Keep, KubeletError, PodResourcesClient
 
 log = logging.getLogger(__name__)
 
 SOURCE: Final = "kubelet"
+
+# What every device ID `parse_device_id` accepts starts with (after whitespace): `GPU-`,
+# `MIG-`, `nvidia<N>`, or a bare UUID's first group. A cheap test that rules out most others
+# (an RDMA or SR-IOV ID) before the full parse.
+_MAY_NAME_GPU = re.compile(r"\s*(?:GPU-|MIG-|nvidia|[0-9a-fA-F]{8}-)")
+
+
+def names_a_gpu(extra_resources: frozenset[str]) -> Keep:
+    """Whether a container's devices of one resource matter to the join: a GPU resource
+    (`nvidia.com/gpu`, `nvidia.com/mig-*`, `--nvidia-resource-names`, all kept, so an ID that
+    matches nothing is still reported), or any resource with an ID in a GPU form (processes on
+    a GPU some other resource hands out count as allocated). The rest can name no GPU."""
+    def keep(resource: str, device_ids: tuple[str, ...]) -> bool:
+        return is_gpu_resource(resource, extra_resources) or any(
+            _MAY_NAME_GPU.match(d) is not None and parse_device_id(d) is not None
+            for d in device_ids)
+
+    return keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +77,7 @@ class KubeletSource:
         self.client = client
         self.options = options
         self._clock = clock
+        self._keep = names_a_gpu(options.extra_resources)
         self._assignments: tuple[PodAssignment, ...] = ()
         self._claims: tuple[ClaimAllocation, ...] = ()
         self._fetched_at: float | None = None
@@ -61,6 +86,7 @@ class KubeletSource:
         self._api = ""
         self._lists = 0
         self._first_list: dict[tuple[str, str], int] = {}
+        self._pod_age: dict[tuple[str, str], int] = {}
         self._up = False
         self._failures = 0
         self._retry_at = 0.0
@@ -80,13 +106,13 @@ class KubeletSource:
             return
         started = time.perf_counter()
         try:
-            result = await self.client.list()
+            result = await self.client.list(self._keep)
         except KubeletError as exc:
             self._failed(exc, now)
             return
         self._assignments = result.assignments
         self._claims = result.claims
-        self._track_pods((*result.assignments, *result.claims))
+        self._track_pods(result.pods)
         self._api = result.api
         self._fetched_at = now
         self._up = True
@@ -106,12 +132,13 @@ class KubeletSource:
             except KubeletError as exc:  # retried next cycle; the assignments stand
                 self.errors[exc.code] += 1
 
-    def _track_pods(self, holders: Iterable[PodAssignment | ClaimAllocation]) -> None:
+    def _track_pods(self, listed: Iterable[tuple[str, str]]) -> None:
         """Remember in which `List` answer each pod first appeared (forgotten once gone); a pod
         that holds only claims counts too, so "newest pod wins" sees it."""
         self._lists += 1
-        listed = {(h.namespace, h.pod) for h in holders}
         self._first_list = {pod: self._first_list.get(pod, self._lists) for pod in listed}
+        # Once per answer, not per snapshot (two per pass): thousands of pods cost milliseconds.
+        self._pod_age = {pod: self._lists - first for pod, first in self._first_list.items()}
 
     def _failed(self, exc: KubeletError, now: float) -> None:
         self.errors[exc.code] += 1
@@ -136,9 +163,8 @@ class KubeletSource:
         if age is not None and age > self.options.max_age_seconds:
             # Better no pod labels than possibly wrong ones.
             return AssignmentSnapshot((), None, self._up, self._allocatable, self._api, claims=())
-        pod_age = {pod: self._lists - first for pod, first in self._first_list.items()}
         return AssignmentSnapshot(self._assignments, age, self._up, self._allocatable, self._api,
-                                  pod_age, self._claims)
+                                  self._pod_age, self._claims)
 
     def health(self) -> SourceHealth:
         return SourceHealth(up=self._up, collections=self.collections, errors=dict(self.errors),
