@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .files import FileReadError, read_regular_file
+from .safe_yaml import SCALAR_TAGS, TAG, StrictLoader
 from .scenario_values import ScenarioError, show
 
 MAX_BYTES: Final = 1 << 20
@@ -19,8 +19,6 @@ MAX_DEPTH: Final = 16
 """Nesting limit: the format nests 6 deep; the limit keeps the composer's recursion shallow."""
 
 
-_TAG = "tag:yaml.org,2002:"
-_SCALAR_TAGS: Final = frozenset(_TAG + t for t in ("str", "int", "float", "bool", "null"))
 
 
 class _Map(dict[str, Any]):
@@ -37,40 +35,23 @@ class _Seq(list[Any]):
     lines: list[int]
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader without what a scenario never needs and an attacker would use:
-    anchors and aliases (a billion laughs expands 9 aliases per level into gigabytes), tags,
-    deep nesting (the composer recurses per level). It decodes to `_Map`/`_Seq`, which keep
-    their lines for the error messages, and refuses duplicate keys (PyYAML keeps the last)."""
+class _Loader(StrictLoader):
+    """The strict safe loader, decoding to `_Map`/`_Seq`, which keep their lines for the error
+    messages, without tags, and refusing duplicate keys (PyYAML keeps the last)."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Node | None, index: int) -> Node | None:
-        # The pure-Python parser's events (with yaml.error.Mark marks); untyped in the stubs.
-        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise ComposerError(None, None, "anchors and aliases are not allowed in a scenario",
-                                event.start_mark)
-        if self._depth >= MAX_DEPTH:
-            raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
-                                event.start_mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+    max_depth = MAX_DEPTH
+    alias_problem = "anchors and aliases are not allowed in a scenario"
+    depth_problem = "nested more than {} levels deep"
 
     def decode(self, node: Node) -> Any:
         """The node as plain data: str, int, float, bool, None, `_Map` and `_Seq`."""
         if isinstance(node, ScalarNode):
             return self._scalar(node)
-        if isinstance(node, SequenceNode) and node.tag == _TAG + "seq":
+        if isinstance(node, SequenceNode) and node.tag == TAG + "seq":
             seq = _Seq(self.decode(item) for item in node.value)
             seq.line, seq.lines = _line(node), [_line(item) for item in node.value]
             return seq
-        if isinstance(node, MappingNode) and node.tag == _TAG + "map":
+        if isinstance(node, MappingNode) and node.tag == TAG + "map":
             return self._mapping(node)
         raise ConstructorError(None, None, f"tag {_short_tag(node.tag)!r} is not allowed in a "
                                "scenario", node.start_mark)
@@ -80,8 +61,8 @@ class _Loader(yaml.SafeLoader):
         result.line, result.lines = _line(node), {}
         for key_node, value_node in node.value:
             # A key is its text: YAML 1.1 would make `on:` a boolean and `1:` an integer.
-            if not isinstance(key_node, ScalarNode) or key_node.tag not in _SCALAR_TAGS | {
-                    _TAG + "merge"}:
+            if not isinstance(key_node, ScalarNode) or key_node.tag not in SCALAR_TAGS | {
+                    TAG + "merge"}:
                 raise ConstructorError(None, None, "a key must be plain text",
                                        key_node.start_mark)
             key = str(key_node.value)
@@ -93,10 +74,10 @@ class _Loader(yaml.SafeLoader):
         return result
 
     def _scalar(self, node: ScalarNode) -> Any:
-        if node.tag not in _SCALAR_TAGS:
+        if node.tag not in SCALAR_TAGS:
             raise ConstructorError(None, None, f"tag {_short_tag(node.tag)!r} is not allowed in "
                                    "a scenario", node.start_mark)
-        kind = node.tag.removeprefix(_TAG)
+        kind = node.tag.removeprefix(TAG)
         try:
             return self.yaml_constructors[node.tag](self, node)
         # PyYAML's constructors raise these on explicitly tagged junk (`!!int ""`, `!!bool x`)
@@ -106,21 +87,12 @@ class _Loader(yaml.SafeLoader):
                                    node.start_mark) from None
 
 
-# A date-like plain scalar stays a string: the format has no dates, and PyYAML's timestamp
-# constructor raises ValueError on one like 2001-02-30. (Set on the class, as PyYAML's own
-# add_implicit_resolver does.)
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TAG + "timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
 def _line(node: Node) -> int:
     return int(node.start_mark.line) + 1
 
 
 def _short_tag(tag: str) -> str:
-    return "!!" + tag.removeprefix(_TAG) if tag.startswith(_TAG) else tag
+    return "!!" + tag.removeprefix(TAG) if tag.startswith(TAG) else tag
 
 
 def _position(text: str, index: int) -> tuple[int, int]:

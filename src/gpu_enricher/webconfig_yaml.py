@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from yaml.composer import ComposerError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from .safe_yaml import SCALAR_TAGS, TAG, StrictLoader
 
 MAX_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 8
@@ -23,38 +24,11 @@ class WebConfigError(ValueError):
     """A web config file that cannot be used; the message is one line naming the file."""
 
 
-class _Loader(yaml.SafeLoader):
-    """The safe loader without anchors, aliases or deep nesting (a small file must not expand
-    into gigabytes or recurse past Python's limit)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Node | None, index: int) -> Node | None:
-        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise ComposerError(None, None, "anchors and aliases are not allowed",
-                                event.start_mark)
-        if self._depth >= MAX_DEPTH:
-            raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels",
-                                event.start_mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+class _Loader(StrictLoader):
+    max_depth = MAX_DEPTH
+    depth_problem = "nested more than {} levels"
 
 
-_TAG = "tag:yaml.org,2002:"
-_SCALAR_TAGS: Final = frozenset(_TAG + t for t in ("str", "bool", "null", "int", "float"))
-
-# A date-like plain scalar stays a string (the format has no dates; PyYAML's timestamp
-# constructor raises on 2001-02-30). Set on the class, as PyYAML's add_implicit_resolver does.
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TAG + "timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,22 +42,22 @@ class Scalar:
 
 def _decode(loader: _Loader, node: Node, where: Callable[[str], str], key: str) -> Any:
     """dict, list, str or Scalar, with duplicate keys refused."""
-    if isinstance(node, MappingNode) and node.tag == _TAG + "map":
+    if isinstance(node, MappingNode) and node.tag == TAG + "map":
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
             # A key is its text, as Go reads `1:` or `yes:` into a string key.
-            if not isinstance(key_node, ScalarNode) or key_node.tag not in _SCALAR_TAGS - {
-                    _TAG + "null"}:
+            if not isinstance(key_node, ScalarNode) or key_node.tag not in SCALAR_TAGS - {
+                    TAG + "null"}:
                 raise WebConfigError(where(f"{key or 'document'}: a key must be plain text"))
             name = str(key_node.value)
             if name in result:
                 raise WebConfigError(where(f"{join_key(key, name)}: duplicate key"))
             result[name] = _decode(loader, value_node, where, join_key(key, name))
         return result
-    if isinstance(node, SequenceNode) and node.tag == _TAG + "seq":
+    if isinstance(node, SequenceNode) and node.tag == TAG + "seq":
         return [_decode(loader, item, where, f"{key}[{n}]") for n, item in enumerate(node.value)]
-    if isinstance(node, ScalarNode) and node.tag in _SCALAR_TAGS:
-        if node.tag == _TAG + "str":
+    if isinstance(node, ScalarNode) and node.tag in SCALAR_TAGS:
+        if node.tag == TAG + "str":
             return str(node.value)
         # PyYAML's constructors raise on explicitly tagged junk (`!!int x`) and huge integers.
         try:
@@ -92,7 +66,7 @@ def _decode(loader: _Loader, node: Node, where: Callable[[str], str], key: str) 
             raise WebConfigError(where(f"{key or 'document'}: cannot read "
                                        f"{str(node.value)[:40]!r}")) from None
         return Scalar(value, str(node.value))
-    tag = str(getattr(node, "tag", "?")).removeprefix(_TAG)
+    tag = str(getattr(node, "tag", "?")).removeprefix(TAG)
     raise WebConfigError(where(f"{key or 'document'}: YAML tag {tag[:40]!r} is not allowed"))
 
 
