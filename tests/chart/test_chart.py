@@ -320,6 +320,24 @@ def test_helm_lint_strict(helm: str, values: dict[str, Any], tmp_path: Path) -> 
     {"kubernetes": {"dra": {"driverNames": ["gpu.nvidia.com,gpu.example.com"]}}},
     {"kubernetes": {"dra": {"driverNames": ["gpu.nvidia.com", "gpu.nvidia.com"]}}},
     {"kubernetes": {"dra": {"resourceSlices": True}}},
+    {"webConfig": {"enabled": "true"}},
+    {"webConfig": {"basicAuthUsers": {"prometheus": "s3cret"}}},  # a password, not a hash
+    {"webConfig": {"basicAuthUsers": {"a:b": "$2y$10$" + "a" * 53}}},
+    {"webConfig": {"tls": {"clientAuthType": "RequireAnyClientCert"}}},
+    {"webConfig": {"tls": {"minVersion": "TLS11"}}},
+    {"webConfig": {"tls": {"existingSecret": "Not_A_Name"}}},
+    {"webConfig": {"tls": {"certFile": "/tls.crt"}}},
+    {"webConfig": {"headers": {"Server": "gpu-enricher"}}},
+    {"webConfig": {"headers": {"X-Frame-Options": "allow"}}},
+    {"webConfig": {"probeBasicAuth": {"username": "a:b", "password": "x"}}},
+    {"serviceMonitor": {"tlsConfig": {"ca": {"secret": {"name": "ca", "key": "ca.crt"},
+                                             "configMap": {"name": "ca", "key": "ca.crt"}}}}},
+    {"serviceMonitor": {"tlsConfig": {"ca": {"secret": {"name": "ca"}}}}},
+    {"serviceMonitor": {"tlsConfig": {"keySecret": {"name": "client"}}}},
+    {"serviceMonitor": {"tlsConfig": {"insecureSkipVerify": "yes"}}},
+    {"serviceMonitor": {"basicAuth": {"username": {"name": "auth", "key": "user"}}}},
+    {"serviceMonitor": {"basicAuth": {"username": {"name": "auth", "key": "user"},
+                                      "password": "s3cret"}}},
 ], ids=lambda v: yaml.safe_dump(v, default_flow_style=True).strip())
 def test_schema_rejects_bad_values(helm: str, values: dict[str, Any], tmp_path: Path) -> None:
     result = helm_template(helm, CHART, write_values(tmp_path, "bad", values), check=False)
@@ -627,6 +645,9 @@ def test_defaults(rendered: dict[str, Rendered], test_chart: Path) -> None:
     assert r.container["image"] == f"gpu-enricher:{PACKAGE_VERSION}"
     config, warnings = parse_config(r.container["args"], {"NODE_NAME": "node-a"})
     assert warnings == []
+    # No web config: plain HTTP, no Secret mounted (the probes: test_container_basics).
+    assert config.web_config_file is None
+    assert not any("secret" in v for v in r.pod["volumes"])
     assert (config.collect_interval_ms, config.log_format, config.debug) == (5000, "text", False)
     assert config.hostname == "node-a" and config.gpu_id_type == "uid"
     assert not config.virtual_gpus and config.extra_resources == frozenset()
@@ -731,6 +752,8 @@ def test_servicemonitor_relabelings(rendered: dict[str, Rendered]) -> None:
     assert endpoint["honorLabels"] is True
     assert endpoint["relabelings"] == RELABELINGS
     assert "metricRelabelings" not in endpoint
+    # Without webConfig: plain http, whatever tlsConfig and basicAuth say (test_chart_tls.py).
+    assert not {"scheme", "tlsConfig", "basicAuth"} & set(endpoint)
 
 
 def test_servicemonitor_all_options(rendered: dict[str, Rendered]) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import ROOT, require_tool
 RULES = ROOT / "helm" / "gpu-enricher" / "files" / "alerts.yaml"
 RULE_TESTS = ROOT / "tests" / "monitoring" / "alerts-test.yaml"
 ALERTS = {"GpuEnricherDown", "GpuNotReporting", "GpuTemperatureHigh",
-          "GpuEnricherPodMappingDown", "GpuAllocatedButIdle"}
+          "GpuEnricherPodMappingDown", "GpuAllocatedButIdle", "GpuEnricherConfigReloadFailed"}
 
 
 def load(path: Path) -> dict[str, Any]:

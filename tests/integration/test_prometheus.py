@@ -287,7 +287,7 @@ def test_alert_rules_evaluate_against_real_data(prometheus: Prometheus) -> None:
             break
         assert time.monotonic() < deadline, rules
         time.sleep(0.25)
-    assert len(rules) == 5
+    assert len(rules) == 6
     for rule in rules:
         assert rule["health"] == "ok", rule
         assert not rule["alerts"], rule  # nothing is wrong on the simulated node

@@ -137,3 +137,175 @@ LOG_ROOT/containers (--kubelet-log-root). */}}
 {{- define "gpu-enricher.logRoot" -}}
 /host/var/log
 {{- end }}
+
+{{/* webConfig (--web-config-file). Where its Secrets are mounted in the container: siblings
+under one root outside /etc/gpu-enricher, whose counters ConfigMap mount is read-only and so
+cannot hold the mount points of further volumes. */}}
+{{- define "gpu-enricher.webRoot" -}}
+/etc/gpu-enricher-web
+{{- end }}
+
+{{- define "gpu-enricher.webConfigPath" -}}
+{{- include "gpu-enricher.webRoot" . }}/config/web-config.yml
+{{- end }}
+
+{{- define "gpu-enricher.webConfigSecretName" -}}
+{{- default (printf "%s-web-config" (include "gpu-enricher.fullname" .)) .Values.webConfig.existingSecret }}
+{{- end }}
+
+{{/* "true" when the chart writes the web-config file (a Secret of its own). */}}
+{{- define "gpu-enricher.webConfigGenerated" -}}
+{{- if and .Values.webConfig.enabled (not .Values.webConfig.existingSecret) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the exporter serves TLS: the server certificate's Secret is mounted. */}}
+{{- define "gpu-enricher.webTls" -}}
+{{- if and .Values.webConfig.enabled .Values.webConfig.tls.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* "true" when clients are asked for certificates (client_auth_type other than NoClientCert). */}}
+{{- define "gpu-enricher.webClientCerts" -}}
+{{- if and (include "gpu-enricher.webTls" .) (ne .Values.webConfig.tls.clientAuthType "NoClientCert") }}true{{ end }}
+{{- end }}
+
+{{/* The client CA bundle as the exporter reads it: the key of its own Secret, else of the
+server certificate's Secret (cert-manager's CA issuer writes ca.crt there). */}}
+{{- define "gpu-enricher.webClientCAPath" -}}
+{{- $dir := ternary "client-ca" "tls" (ne .Values.webConfig.tls.clientCASecret "") }}
+{{- printf "%s/%s/%s" (include "gpu-enricher.webRoot" .) $dir .Values.webConfig.tls.clientCAKey }}
+{{- end }}
+
+{{/* "true" when requests may need basic auth: users in the chart's file, or a file of the
+operator's own, which the chart cannot read. */}}
+{{- define "gpu-enricher.webBasicAuth" -}}
+{{- if and .Values.webConfig.enabled (or .Values.webConfig.existingSecret .Values.webConfig.basicAuthUsers) }}true{{ end }}
+{{- end }}
+
+{{/* The web-config file the chart writes (exporter-toolkit's keys). Absolute paths: they stay
+right whatever the exporter resolves them against (the file itself is a symlink into the
+Secret volume's ..data directory). */}}
+{{- define "gpu-enricher.webConfigFile" -}}
+{{- $w := .Values.webConfig }}
+{{- $file := dict }}
+{{- if include "gpu-enricher.webTls" . }}
+{{- $dir := printf "%s/tls" (include "gpu-enricher.webRoot" .) }}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir) "min_version" $w.tls.minVersion }}
+{{- if include "gpu-enricher.webClientCerts" . }}
+{{- $_ := set $tls "client_auth_type" $w.tls.clientAuthType }}
+{{- $_ := set $tls "client_ca_file" (include "gpu-enricher.webClientCAPath" .) }}
+{{- end }}
+{{- $_ := set $file "tls_server_config" $tls }}
+{{- end }}
+{{- with $w.basicAuthUsers }}
+{{- $_ := set $file "basic_auth_users" . }}
+{{- end }}
+{{- with $w.headers }}
+{{- $_ := set $file "http_server_config" (dict "headers" .) }}
+{{- end }}
+# Written by the gpu-enricher Helm chart from its webConfig values.
+{{ toYaml $file }}
+{{- end }}
+
+{{/* What a probe does: httpGet on PATH (HTTPS with TLS, with an Authorization header where
+basic auth needs one), or tcpSocket where the kubelet cannot pass: it has no client
+certificate to present, and without webConfig.probeBasicAuth no credentials. Called with
+(list $ PATH). */}}
+{{- define "gpu-enricher.probeAction" -}}
+{{- $root := index . 0 }}
+{{- $w := $root.Values.webConfig }}
+{{- $auth := and (include "gpu-enricher.webBasicAuth" $root) $w.probeBasicAuth.username }}
+{{- if eq (include "gpu-enricher.probeHandler" $root) "tcpSocket" }}
+tcpSocket:
+  port: metrics
+{{- else }}
+httpGet:
+  path: {{ index . 1 }}
+  port: metrics
+  {{- if include "gpu-enricher.webTls" $root }}
+  scheme: HTTPS
+  {{- end }}
+  {{- if $auth }}
+  httpHeaders:
+    - name: Authorization
+      value: {{ printf "Basic %s" (printf "%s:%s" $w.probeBasicAuth.username $w.probeBasicAuth.password | b64enc) | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "tcpSocket" or "httpGet" (see probeAction). */}}
+{{- define "gpu-enricher.probeHandler" -}}
+{{- $w := .Values.webConfig }}
+{{- if and (include "gpu-enricher.webClientCerts" .) (eq $w.tls.clientAuthType "RequireAndVerifyClientCert") }}tcpSocket
+{{- else if and (include "gpu-enricher.webBasicAuth" .) (not $w.probeBasicAuth.username) }}tcpSocket
+{{- else }}httpGet
+{{- end }}
+{{- end }}
+
+{{/* Refuses webConfig values that would render a pod or a ServiceMonitor that cannot work;
+renders nothing. */}}
+{{- define "gpu-enricher.webConfigCheck" -}}
+{{- $w := .Values.webConfig }}
+{{- if $w.enabled }}
+{{- if and (include "gpu-enricher.webConfigGenerated" .) (not (or $w.tls.existingSecret $w.basicAuthUsers $w.headers)) }}
+{{- fail "webConfig.enabled: set webConfig.tls.existingSecret (TLS), webConfig.basicAuthUsers or webConfig.headers, or webConfig.existingSecret (a file of your own)" }}
+{{- end }}
+{{- if and (ne $w.tls.clientAuthType "NoClientCert") (not $w.tls.existingSecret) }}
+{{- fail (printf "webConfig.tls.clientAuthType %s: client certificates need TLS (webConfig.tls.existingSecret)" $w.tls.clientAuthType) }}
+{{- end }}
+{{- if ne (empty $w.probeBasicAuth.username) (empty $w.probeBasicAuth.password) }}
+{{- fail "webConfig.probeBasicAuth: set both username and password, or neither" }}
+{{- end }}
+{{- if and $w.probeBasicAuth.username (include "gpu-enricher.webConfigGenerated" .) $w.basicAuthUsers (not (hasKey $w.basicAuthUsers $w.probeBasicAuth.username)) }}
+{{- fail (printf "webConfig.probeBasicAuth.username %s is not in webConfig.basicAuthUsers: the probes would get 401" $w.probeBasicAuth.username) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The same for the ServiceMonitor: Prometheus must be able to scrape what webConfig
+serves. */}}
+{{- define "gpu-enricher.serviceMonitorWebCheck" -}}
+{{- $w := .Values.webConfig }}
+{{- $tlsConfig := .Values.serviceMonitor.tlsConfig }}
+{{- if $w.enabled }}
+{{- if and (include "gpu-enricher.webConfigGenerated" .) $w.basicAuthUsers (not .Values.serviceMonitor.basicAuth) }}
+{{- fail "webConfig.basicAuthUsers is set: Prometheus needs serviceMonitor.basicAuth (username and password Secret keys), else every scrape gets 401" }}
+{{- end }}
+{{- if ne (empty $tlsConfig.cert) (empty $tlsConfig.keySecret) }}
+{{- fail "serviceMonitor.tlsConfig: a client certificate needs both cert and keySecret" }}
+{{- end }}
+{{- if and (include "gpu-enricher.webTls" .) (eq $w.tls.clientAuthType "RequireAndVerifyClientCert") (not $tlsConfig.cert) }}
+{{- fail "webConfig.tls.clientAuthType RequireAndVerifyClientCert: Prometheus needs a client certificate (serviceMonitor.tlsConfig.cert and keySecret), else every scrape is refused" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceMonitor endpoint's scheme, tlsConfig and basicAuth for webConfig. The
+Operator reads every Secret and ConfigMap named here from the ServiceMonitor's namespace. */}}
+{{- define "gpu-enricher.serviceMonitorWeb" -}}
+{{- $w := .Values.webConfig }}
+{{- $sm := .Values.serviceMonitor }}
+{{- if include "gpu-enricher.webTls" . }}
+scheme: https
+{{- $tls := dict "serverName" (default (printf "%s.%s.svc" (include "gpu-enricher.fullname" .) .Release.Namespace) $sm.tlsConfig.serverName) }}
+{{- if $sm.tlsConfig.ca }}
+{{- $_ := set $tls "ca" $sm.tlsConfig.ca }}
+{{- else if not $sm.tlsConfig.insecureSkipVerify }}
+{{- /* cert-manager writes the issuing CA beside the certificate; a reference to a missing key
+would make the Operator drop the ServiceMonitor, so none with insecureSkipVerify. */}}
+{{- $_ := set $tls "ca" (dict "secret" (dict "name" $w.tls.existingSecret "key" "ca.crt")) }}
+{{- end }}
+{{- if $sm.tlsConfig.insecureSkipVerify }}
+{{- $_ := set $tls "insecureSkipVerify" true }}
+{{- end }}
+{{- if and (include "gpu-enricher.webClientCerts" .) $sm.tlsConfig.cert }}
+{{- $_ := set $tls "cert" $sm.tlsConfig.cert }}
+{{- $_ := set $tls "keySecret" $sm.tlsConfig.keySecret }}
+{{- end }}
+tlsConfig:
+  {{- toYaml $tls | nindent 2 }}
+{{- end }}
+{{- if and (include "gpu-enricher.webBasicAuth" .) $sm.basicAuth }}
+basicAuth:
+  {{- toYaml $sm.basicAuth | nindent 2 }}
+{{- end }}
+{{- end }}
