@@ -2,18 +2,39 @@
 answering, a kubelet device ID or a DRA claimed device that matches nothing on this node, the
 counters plan (once, not again on every NVML reopen)."""
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 
 from .counters import CounterLine, CounterPlan
-from .model import NodeSnapshot
+from .model import GpuSnapshot, NodeSnapshot
 
 log = logging.getLogger("gpu_enricher.collector")
 
 MAX_REMEMBERED = 1000  # IDs reported once each; bounded, so a flood of new IDs cannot grow it
 
 
-def report_gpu_changes(before: NodeSnapshot | None, after: NodeSnapshot) -> None:
+GONE_FROM_DRIVER = "no longer listed by the driver"
+"""The error of a GPU kept for one pass after the driver stopped listing it."""
+
+
+def with_gone_gpus(before: NodeSnapshot | None, after: NodeSnapshot) -> NodeSnapshot:
+    """`after`, plus every GPU of `before` that it no longer lists (the GPU count shrank, or
+    the GPUs were renumbered) as down: its `gpu_enricher_gpu_up` series reads 0 for one pass
+    before it goes, instead of vanishing at once (issue 13, defect 9). Pure."""
+    if before is None:
+        return after
+    listed = {g.identity for g in after.gpus}
+    gone = tuple(GpuSnapshot(g.identity, healthy=False, error=GONE_FROM_DRIVER)
+                 for g in before.gpus
+                 if g.identity not in listed and g.error != GONE_FROM_DRIVER)  # once only
+    return dataclasses.replace(after, gpus=after.gpus + gone) if gone else after
+
+
+def report_gpu_changes(before: NodeSnapshot | None, after: NodeSnapshot) -> NodeSnapshot:
+    """Logs each GPU that stops or resumes answering; returns the pass to serve,
+    `with_gone_gpus`."""
+    after = with_gone_gpus(before, after)
     was_healthy = {g.identity.index: g.healthy for g in before.gpus} if before else {}
     for gpu in after.gpus:
         was = was_healthy.get(gpu.identity.index, True)
@@ -22,6 +43,7 @@ def report_gpu_changes(before: NodeSnapshot | None, after: NodeSnapshot) -> None
                       gpu.identity.uuid or "uuid unknown", gpu.error)
         elif not was and gpu.healthy:
             log.warning("GPU %d (%s) answers again", gpu.identity.index, gpu.identity.uuid)
+    return after
 
 
 class Unmatched:

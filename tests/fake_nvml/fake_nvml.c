@@ -20,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ */
 /* NVML types and constants (values as in pynvml / nvml.h)             */
@@ -581,6 +582,7 @@ struct config {
     int count_error;
     unsigned long delay_us;
     const struct cost_profile *cost; /* FAKE_NVML_COST_PROFILE; NULL: off */
+    char hang_file[256]; /* FAKE_NVML_HANG_FILE; "": off */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1005,6 +1007,16 @@ static int load_env(void)
         }
     }
 
+    s = getenv("FAKE_NVML_HANG_FILE");
+    if (s && *s) {
+        if (strlen(s) >= sizeof c.hang_file) {
+            set_error("bad %s=%s (too long)", "FAKE_NVML_HANG_FILE", s);
+            bad = 1;
+        } else {
+            snprintf(c.hang_file, sizeof c.hang_file, "%s", s);
+        }
+    }
+
     s = getenv("FAKE_NVML_DRIVER_VERSION");
     if (s && *s) {
         if (strlen(s) >= 60) {
@@ -1220,6 +1232,8 @@ static void enter_fv(enum sym s, int device_query, const nvmlFieldValue_t *fv,
     g_calls[s]++;
     g_total_calls++;
     unsigned long delay = device_query ? g_env.delay_us : 0;
+    char hang[sizeof g_env.hang_file];
+    snprintf(hang, sizeof hang, "%s", device_query ? g_env.hang_file : "");
     unsigned cost = 0;
     t_sym = -1;
     if (g_cost) {
@@ -1228,8 +1242,11 @@ static void enter_fv(enum sym s, int device_query, const nvmlFieldValue_t *fv,
         cost = s == SYM_nvmlDeviceGetFieldValues ? field_values_cost_us(fv, n_fv)
                                                  : g_sym_cost_us[s];
     }
-    if (delay || cost) {
+    if (delay || cost || hang[0]) {
         pthread_mutex_unlock(&g_lock);
+        /* A driver call stuck for as long as the test wants: until the file goes. */
+        while (hang[0] && access(hang, F_OK) == 0)
+            sleep_us(10000);
         if (delay)
             sleep_us(delay);
         if (cost)

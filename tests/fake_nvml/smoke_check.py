@@ -1022,6 +1022,33 @@ def check_delay_and_threads(fake: FakeNvml) -> None:
     pynvml.nvmlShutdown()
 
 
+def check_hang_file(fake: FakeNvml) -> None:
+    section("FAKE_NVML_HANG_FILE")
+    with tempfile.TemporaryDirectory() as tmp:
+        hang = os.path.join(tmp, "hang")
+        set_env(HANG_FILE=hang)
+        fake.reset()
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        t0 = time.perf_counter()
+        pynvml.nvmlDeviceGetPowerUsage(h)
+        expect("no file: not blocked (< 20 ms)", time.perf_counter() - t0 < 0.02, True)
+        open(hang, "w").close()
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (pynvml.nvmlDeviceGetPowerUsage(h), done.set()))
+        thread.start()
+        expect("blocked while the file exists", done.wait(0.2), False)
+        t0 = time.perf_counter()
+        pynvml.nvmlSystemGetDriverVersion()
+        expect("system call not blocked (< 20 ms)", time.perf_counter() - t0 < 0.02, True)
+        os.unlink(hang)
+        expect("ends once the file is removed", done.wait(1.0), True)
+        thread.join()
+    set_env()
+    fake.reset()
+    pynvml.nvmlShutdown()
+
+
 def thread_cpu_ms(fn: Callable[[], object]) -> float:
     t0 = time.thread_time()
     fn()
@@ -1245,6 +1272,7 @@ def main() -> int:
         check_events(fake)
         check_init_and_errors(fake)
         check_delay_and_threads(fake)
+        check_hang_file(fake)
         check_cost_profile(fake)
         check_subprocess(lib_dir)
     print()

@@ -9,6 +9,7 @@ passed one meant it. Deciding on every connect lets a token or file that appears
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,3 +99,12 @@ async def open_api_client(plan: ConfigPlan) -> ApiClient:
     api = ApiClient(configuration)
     api.user_agent = USER_AGENT
     return api
+
+
+def remove_credential_copies() -> None:
+    """kubernetes_asyncio copies a kubeconfig's inline certificates and private key into
+    temporary files and removes them from an atexit hook, which never runs: the process ends
+    with os._exit (app.end_process), which calls this. Nothing to do if it was never loaded."""
+    kube_config = sys.modules.get("kubernetes_asyncio.config.kube_config")
+    if kube_config is not None:
+        kube_config._cleanup_temp_files()

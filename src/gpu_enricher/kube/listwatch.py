@@ -160,6 +160,8 @@ class ListWatch(Generic[T]):
                     if self._gone_in_a_row == 1:
                         self.restarts[GONE] += 1
                         continue
+                else:  # another failure ends a run of 410s: one after an outage is news
+                    self._gone_in_a_row = 0
                 await self._failed(exc)
             except Exception as exc:  # a bug must not end the watch for the process's life
                 if not self._unexpected_logged:  # the traceback once per failure streak

@@ -1,0 +1,60 @@
+"""A kubeconfig with inline certificates and a private key: kubernetes_asyncio copies them into
+temporary files and removes them from an atexit hook, which never runs because the process ends
+with os._exit (app.end_process). The exporter removes them itself on its way out."""
+
+import base64
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import require_tool
+from tests.integration.fault_helpers import Process, nvml_env
+from tests.integration.test_process import Exporter
+from tests.integration.test_process import exporters as exporters  # the fixture
+
+
+def _pem_pair(d: Path) -> tuple[bytes, bytes]:
+    subprocess.run([require_tool("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", "k.pem", "-out", "c.pem",
+                    "-subj", "/CN=gpu-enricher-test", "-days", "1"], cwd=d, check=True,
+                   capture_output=True)
+    return (d / "c.pem").read_bytes(), (d / "k.pem").read_bytes()
+
+
+def test_inline_kubeconfig_credentials_leave_no_file_behind(
+        exporters: list[Exporter], fake_nvml_path: Path, tmp_path: Path) -> None:
+    cert, key = _pem_pair(tmp_path)
+    b64 = {name: base64.b64encode(data).decode() for name, data in
+           (("ca", cert), ("cert", cert), ("key", key))}
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {{server: "https://127.0.0.1:9", certificate-authority-data: {b64["ca"]}}}
+users:
+- name: u
+  user: {{client-certificate-data: {b64["cert"]}, client-key-data: {b64["key"]}}}
+contexts:
+- name: x
+  context: {{cluster: c, user: u}}
+current-context: x
+""")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    exp = Process(["-c", "200", "--kubernetes-enable-pod-labels", "-k",
+                   "--pod-resources-kubelet-socket", str(tmp_path / "none.sock"),
+                   "--kubeconfig", str(kubeconfig)],
+                  nvml_env(fake_nvml_path, TMPDIR=str(temporary)))
+    exporters.append(exp)
+    exp.wait_ready()
+    deadline = time.monotonic() + 15
+    while not any(temporary.iterdir()):  # the copies exist while it runs: the test can fail
+        assert time.monotonic() < deadline, "kubernetes_asyncio never copied the credentials"
+        time.sleep(0.05)
+    assert key in [p.read_bytes() for p in temporary.iterdir()]
+    exp.proc.send_signal(signal.SIGTERM)
+    _, err = exp.proc.communicate(timeout=15)
+    assert exp.proc.returncode == 0, err
+    assert list(temporary.iterdir()) == []
