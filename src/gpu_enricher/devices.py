@@ -19,10 +19,13 @@ NVIDIA_GPU: Final = "nvidia.com/gpu"
 NVIDIA_MIG_PREFIX: Final = "nvidia.com/mig-"
 
 # An empty suffix (`GPU-<uuid>::`) is no replica: dcgm-exporter strips it and matches the base.
-_REPLICA = re.compile(r"^(?P<base>.+)::(?P<replica>\d*)$")
+# Numbers are ASCII and at most 9 digits: `\d` also matches other scripts' digits, and int() of
+# over 4,300 digits raises, which would fail the whole pass on one odd device ID (issue 13).
+_REPLICA = re.compile(r"^(?P<base>.+)::(?P<replica>[0-9]*)$")
 _BARE_UUID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
-_LEGACY_MIG = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-fA-F-]+)/(?P<gi>\d+)/(?P<ci>\d+)$")
-_GKE = re.compile(r"^nvidia(?P<minor>\d+)(?:/gi(?P<gi>\d+))?(?:/vgpu(?P<vgpu>\d+))?$")
+_LEGACY_MIG = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-fA-F-]+)/(?P<gi>[0-9]{1,9})/(?P<ci>[0-9]{1,9})$")
+_GKE = re.compile(r"^nvidia(?P<minor>[0-9]{1,9})(?:/gi(?P<gi>[0-9]{1,9}))?"
+                  r"(?:/vgpu(?P<vgpu>[0-9]{1,9}))?$")
 
 EntityKey = tuple[int, int | None]
 """(NVML index of the GPU, GPU instance id or None for the whole GPU): one set of series."""
