@@ -26,10 +26,12 @@ class CollectorOptions:
     dra_drivers: frozenset[str] = frozenset()
     xid_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
+    drop_labels: frozenset[str] = frozenset()
 
     def join(self) -> JoinOptions:
         return JoinOptions(
             hostname=self.hostname, virtual_gpus=self.virtual_gpus,
             extra_resources=self.extra_resources, process_metrics=self.process_metrics,
             pod_policy=self.pod_policy, dra_drivers=self.dra_drivers,
-            xid_window_ms=self.xid_window_ms, clock_events_window_ms=self.clock_events_window_ms)
+            xid_window_ms=self.xid_window_ms, clock_events_window_ms=self.clock_events_window_ms,
+            drop_labels=self.drop_labels)

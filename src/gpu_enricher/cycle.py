@@ -56,6 +56,9 @@ class JoinOptions:
     """DRA drivers whose claims attribute devices (`--kubernetes-enable-dra`); empty: off."""
     xid_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
+    drop_labels: frozenset[str] = frozenset()
+    """`--drop-labels`: left off the DCGM, event and process families when they are built,
+    once per pass (the exporter's own prometheus_client metrics keep theirs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +159,7 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
 
     event_options = EventFamilyOptions(options.hostname, inputs.plan.label_fields,
                                        options.xid_window_ms, options.clock_events_window_ms,
-                                       copies)
+                                       copies, options.drop_labels)
     xids = inputs.xids or EMPTY_XIDS
     clocks = inputs.clock_events or ClockEventCounts()
     families = event_families(node, inputs.plan.metrics, xids, clocks.window, clocks.totals,
@@ -164,7 +167,8 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
     families += status_families(node, inputs.plan.metrics, inputs.health or NO_INCIDENTS, xids,
                                 event_options, inputs.now)
     if inputs.xids is not None:  # our own real counter (dcgm-exporter's "last value" is #500)
-        families.append(own_xid_counter_family(node, xids, options.hostname))
+        families.append(own_xid_counter_family(node, xids, options.hostname,
+                                               options.drop_labels))
     return families
 
 
@@ -188,12 +192,12 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         sums = per_pod(processes)
         usage = sums if _proc_usable(inputs) else None
         uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
-        context = PodContext(api, policy, usage, uids)
+        context = PodContext(api, policy, usage, uids, options.drop_labels)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context)
         families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context)
         if options.process_metrics:
-            families += process_families(processes, policy, sums)
+            families += process_families(processes, policy, sums, options.drop_labels)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics)
     return CycleOutputs(families, attribution, processes, document, claims)

@@ -35,6 +35,7 @@ from typing import Final, Protocol
 from . import names
 from .event_counts import CLOCK_EVENT_NAMES
 from .join import entity_labels, identity_pairs
+from .label_drop import kept
 from .model import GpuInstance, GpuSnapshot, NodeSnapshot
 from .render import Family, Sample, label_pairs
 from .xid import (
@@ -88,6 +89,8 @@ class EventFamilyOptions:
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
     series: SeriesHook | None = None
     """Pod attribution; None: one copy without pod labels per entity."""
+    drop: frozenset[str] = frozenset()
+    """Label names left off (`--drop-labels`); the hook's copies come without them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,7 @@ def _entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[Entity]:
             gpu.instances if gpu.mig_enabled and gpu.instances else (None,))
         for inst in parts:
             head, fields = entity_labels(gpu, inst, options.hostname, options.label_fields,
-                                         gpu.values)
+                                         gpu.values, options.drop)
             copies = PLAIN if options.series is None else options.series(gpu, inst)
             result.append(Entity(gpu, head, fields, copies))
     return result
@@ -122,7 +125,7 @@ def gpu_entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[Entity
     for gpu in node.gpus:
         if gpu.healthy:
             head, fields = entity_labels(gpu, None, options.hostname, options.label_fields,
-                                         gpu.values)
+                                         gpu.values, options.drop)
             copies = PLAIN if options.series is None else options.series(gpu, None)
             result.append(Entity(gpu, head, fields, copies))
     return result
@@ -184,7 +187,7 @@ def xid_total_family(node: NodeSnapshot, xids: XidSnapshot, options: EventFamily
 
 
 def own_xid_counter_family(node: NodeSnapshot, xids: XidSnapshot,
-                           hostname: str | None) -> Family:
+                           hostname: str | None, drop: frozenset[str] = frozenset()) -> Family:
     """`gpu_enricher_xid_errors_total{<GPU identity>, Hostname, xid}`: XIDs since start, a
     real counter (per physical GPU, MIG or not; no pod labels). A GPU the pass does not list
     (gone) keeps no series."""
@@ -194,6 +197,7 @@ def own_xid_counter_family(node: NodeSnapshot, xids: XidSnapshot,
         head = identity_pairs(gpu)
         if hostname is not None:
             head.append(names.hostname_pair(hostname))
+        head = kept(head, drop)
         samples += [Sample(label_pairs([*head, (LABEL_XID, str(xid))]), str(totals[xid]),
                            "_total") for xid in sorted(totals)]
     return Family(OWN_XID_COUNTER, "counter",

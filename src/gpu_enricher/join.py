@@ -11,6 +11,7 @@ from .devices import EMPTY_ATTRIBUTION, Attribution, EntityKey, Holder
 from .field_convert import MIB
 from .field_spec import MigScope
 from .fields import EVENT_FIELDS, IMPLEMENTED
+from .label_drop import kept
 from .model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
 from .podlabels import NO_POLICY, PodLabelPolicy
 from .render import Family, Sample, format_value, label_pairs
@@ -30,6 +31,8 @@ class PodContext:
     attribution, so a shared device's values are repeated, not split."""
     uids: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     """(namespace, pod) → UID from the kubelet's log names, for pods the API does not know."""
+    drop: frozenset[str] = frozenset()
+    """Label names left off every series (`--drop-labels`), pod labels and identity alike."""
 
 
 NO_PODS = PodContext()
@@ -81,8 +84,9 @@ def entity_labels(
     hostname: str | None,
     label_fields: tuple[str, ...],
     parent_values: Mapping[str, FieldValue],
+    drop: frozenset[str] = frozenset(),
 ) -> tuple[Pairs, Pairs]:
-    """(identity, MIG and Hostname pairs; label-type field pairs)."""
+    """(identity, MIG and Hostname pairs; label-type field pairs), without `drop`'s names."""
     head = identity_pairs(gpu)
     if instance is not None:
         head.append((names.LABEL_GPU_I_PROFILE, instance.profile))
@@ -91,7 +95,7 @@ def entity_labels(
         head.append(names.hostname_pair(hostname))
     fields = [(field, _label_text(value)) for field in label_fields
               if (value := parent_values.get(field)) is not None]
-    return head, fields
+    return kept(head, drop), kept(fields, drop)
 
 
 def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, Pairs]:
@@ -109,7 +113,7 @@ def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, P
         extra = pods.policy.pairs(meta, pods.uids.get((holder.namespace, holder.pod), ""))
         attrs += [p for p in extra if p[0] == names.LABEL_POD_UID]
         labels = [p for p in extra if p[0] != names.LABEL_POD_UID]
-    return labels, sorted(attrs)
+    return kept(labels, pods.drop), sorted(kept(attrs, pods.drop))
 
 
 def holdings(key: EntityKey, attribution: Attribution, virtual_gpus: bool) -> list[Holder]:
@@ -182,7 +186,8 @@ def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
             if gpu.mig_enabled and gpu.instances else [(None, (index, None))]
         )
         for inst, key in parts:
-            labels = entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values)
+            labels = entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values,
+                                   pods.drop)
             result.extend(_with_holders(gpu, inst, key, labels,
                                         holdings(key, attribution, virtual_gpus), virtual_gpus,
                                         pods))

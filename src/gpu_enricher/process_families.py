@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from . import names
 from .devices import EntityKey
+from .label_drop import kept
 from .model import GpuInstance, GpuSnapshot
 from .podlabels import PodLabelPolicy
 from .render import Family, Sample, format_value, label_pairs
@@ -26,7 +27,7 @@ def device_pairs(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[tuple[s
     return pairs
 
 
-def _process_labels(proc: GpuProcess, policy: PodLabelPolicy) -> str:
+def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[str]) -> str:
     pairs = [*device_pairs(proc.gpu, proc.instance), (names.LABEL_PID, str(proc.sample.pid)),
              (names.LABEL_PROCESS_NAME, proc.name)]
     work = proc.workload
@@ -36,17 +37,19 @@ def _process_labels(proc: GpuProcess, policy: PodLabelPolicy) -> str:
         if policy.uid and work.pod_uid:
             attrs.append((names.LABEL_POD_UID, work.pod_uid))
         pairs += sorted(a for a in attrs if a[1])
-    return label_pairs(pairs)
+    return label_pairs(kept(pairs, drop))
 
 
 def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy,
-                     sums: PodUsage | None = None) -> list[Family]:
-    """`sums`: `per_pod(processes)` when the caller has it already."""
+                     sums: PodUsage | None = None,
+                     drop: frozenset[str] = frozenset()) -> list[Family]:
+    """`sums`: `per_pod(processes)` when the caller has it already; `drop`: label names left
+    off (`--drop-labels`)."""
     memory: list[Sample] = []
     sm: list[Sample] = []
     unallocated: list[Sample] = []
     for proc in processes:
-        labels = _process_labels(proc, policy)
+        labels = _process_labels(proc, policy, drop)
         if proc.sample.used_memory_bytes is not None:
             memory.append(Sample(labels, str(proc.sample.used_memory_bytes)))
         if proc.sample.sm_utilization is not None:
@@ -59,15 +62,16 @@ def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy,
                      (names.LABEL_NAMESPACE, work.namespace), (names.LABEL_POD, work.pod)]
             if work.container:  # unknown (a pod its status does not list yet): absent
                 pairs.append((names.LABEL_CONTAINER, work.container))
-            unallocated.append(Sample(label_pairs(pairs), "1"))
+            unallocated.append(Sample(label_pairs(kept(pairs, drop)), "1"))
     by_key = {p.key: p for p in processes}
     pod_memory: list[Sample] = []
     pod_sm: list[Sample] = []
     sums = sums if sums is not None else per_pod(processes)
     for (key, namespace, pod), (used, ratio) in sorted(sums.items(), key=_pod_order):
         proc = by_key[key]
-        labels = label_pairs([*device_pairs(proc.gpu, proc.instance),
-                              (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod)])
+        labels = label_pairs(kept([*device_pairs(proc.gpu, proc.instance),
+                                   (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod)],
+                                  drop))
         pod_memory.append(Sample(labels, str(used)))
         if ratio is not None:
             pod_sm.append(Sample(labels, format_value(min(1.0, ratio))))
