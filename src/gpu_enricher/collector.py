@@ -14,7 +14,7 @@ from collections.abc import Callable
 from .backend import BackendUnavailable, GpuBackend
 from .clock_events import ClockEventSource
 from .collector_options import CollectorOptions as CollectorOptions
-from .counters import CounterPlan, plan_counters
+from .counters import CounterLine, CounterPlan
 from .cycle import CycleInputs, CycleOutputs, compose
 from .health_source import HealthSource
 from .model import (
@@ -26,8 +26,10 @@ from .model import (
     SliceDirectory,
     SourceHealth,
 )
-from .news import Unmatched, report_gpu_changes, report_plan
+from .news import Unmatched, report_gpu_changes
 from .ownmetrics import OwnMetrics
+from .pacing import PassSchedule
+from .planner import CounterPlanner
 from .query import Document, encode
 from .render import Exposition
 from .selfmetrics import allocation_family, claim_family, self_families
@@ -78,7 +80,8 @@ class Collector:
         self._join = options.join()
         self._wall_clock = wall_clock
         self._worker = BlockingWorker("nvml")
-        self.plan: CounterPlan | None = None
+        self._planner = CounterPlanner(options.counters)
+        self._schedule = PassSchedule(options.interval_seconds)
         self.snapshot: NodeSnapshot | None = None
         self.ready = False
         self.not_ready_reason = WAITING_FOR_FIRST_PASS
@@ -100,6 +103,10 @@ class Collector:
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
+    @property
+    def plan(self) -> CounterPlan | None:
+        return self._planner.plan
+
     def health(self) -> dict[str, SourceHealth]:
         """Per-source health: the GPU backend and every other source."""
         health = {
@@ -184,19 +191,19 @@ class Collector:
                 self._backend_error = None
             self._opened = True
             break
-        plan, warnings = plan_counters(
-            self.options.counters, self.backend.deliverable_fields(), self.backend.name
-        )
-        if plan != self.plan:  # logged once, not again on every reopen
-            report_plan(plan, warnings, self.options.counters, self.backend.name)
-        self.plan = plan
+        self._planner.refresh(self.backend)
+
+    def use_counters(self, counters: tuple[CounterLine, ...]) -> None:
+        """A reloaded counters file (reload.py): planned by a pass that runs at once."""
+        self._planner.replace(counters)
+        self._schedule.now()
 
     async def collect_once(self) -> None:
         """One pass: NVML on its thread and the concurrent sources (the kubelet's `List`)
         together, then the sources that need the new GPU snapshot (/proc), one render."""
-        assert self.plan is not None
-        planned = [m.field for m in self.plan.metrics]
-        fields = self.plan.sampled_fields.union(self.clock_events.sampled_fields(planned),
+        plan = self._planner.refresh(self.backend, stale_only=True)
+        planned = [m.field for m in plan.metrics]
+        fields = plan.sampled_fields.union(self.clock_events.sampled_fields(planned),
                                                 self.gpu_health.sampled_fields(planned))
         started = time.perf_counter()
         concurrent = [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
@@ -226,7 +233,7 @@ class Collector:
         assert isinstance(snapshot, NodeSnapshot)
         for error in snapshot.errors:
             self._errors[error.reason] += 1
-        report_gpu_changes(self.snapshot, snapshot)
+        snapshot = report_gpu_changes(self.snapshot, snapshot)  # a GPU gone: 0 for one pass
         self.snapshot = snapshot
         if self._lost_streak:
             log.warning("%s backend answers again after %d reopen(s)", self.backend.name,
@@ -267,8 +274,6 @@ class Collector:
         try:
             await self._sources.start()
             await self.open_backend()
-            interval = self.options.interval_seconds
-            next_due = time.monotonic()
             while True:
                 try:
                     await self.collect_once()
@@ -279,11 +284,7 @@ class Collector:
                     self._errors["internal"] += 1
                     if not self.ready:
                         self.not_ready_reason = f"collection pass failed: {exc!r}"
-                now = time.monotonic()
-                next_due += interval
-                if next_due < now:
-                    next_due = now + interval - ((now - next_due) % interval)
-                await asyncio.sleep(next_due - now)
+                await self._schedule.wait()
         finally:
             self.running = False
             await self._sources.close()

@@ -18,7 +18,7 @@ from .query import encode, filtered
 from .render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, wants_gzip, wants_openmetrics
 
 if TYPE_CHECKING:
-    from .websecurity import BasicAuth, WebSecurity
+    from .live_security import LiveWebSecurity
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +156,12 @@ def build_app(collector: Collector) -> web.Application:
     return app
 
 
-def _basic_auth(auth: "BasicAuth") -> Middleware:
+def _basic_auth(live: "LiveWebSecurity") -> Middleware:
     @web.middleware
     async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        auth = live.current.auth  # the users in force when the request arrives
+        if auth is None:
+            return await handler(request)
         refused = await auth.check(request.headers.get("Authorization"))
         if refused is None:
             return await handler(request)
@@ -172,26 +175,22 @@ def _basic_auth(auth: "BasicAuth") -> Middleware:
     return basic_auth
 
 
-def install_web_security(app: web.Application, security: "WebSecurity") -> None:
+def install_web_security(app: web.Application, live: "LiveWebSecurity") -> None:
     """--web-config-file on every path, as exporter-toolkit wraps every handler: its extra
-    headers on every response (401 and 404 included), and basic auth before any handler runs.
-    TLS is the listening sockets' (app.serve)."""
-    if security.headers:
-        headers = security.headers
+    headers on every response (401 and 404 included), and basic auth before any handler runs,
+    both as the configuration in force says (a reload may change them). TLS is the listening
+    sockets' (app.serve)."""
 
-        async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
-            for name, value in headers:
-                response.headers[name] = value
+    async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
+        for name, value in live.current.headers:
+            response.headers[name] = value
 
-        app.on_response_prepare.append(add_headers)
-    auth = security.auth
-    if auth is not None:
-        app.middlewares.append(_basic_auth(auth))
+    async def close_auth(app: web.Application) -> None:
+        live.close()
 
-        async def close_auth(app: web.Application) -> None:
-            auth.close()
-
-        app.on_cleanup.append(close_auth)
+    app.on_response_prepare.append(add_headers)
+    app.middlewares.append(_basic_auth(live))
+    app.on_cleanup.append(close_auth)
 
 
 def listen_address(host: str | None, port: int) -> str:

@@ -1,14 +1,9 @@
 """`--web-config-file` at work: the checked file (webconfig.py) turned into an ssl.SSLContext, a
 basic-auth checker and the extra response headers (server.py installs the last two).
 
-Certificates, keys and CAs are read once, at start; a missing or unreadable file, a key that
-does not match its certificate, a cipher this OpenSSL lacks: one line naming the file and the
-key (WebConfigError, exit status 2).
-
-TODO(cert rotation): exporter-toolkit re-reads the web config and the certificates on every
-new connection, so a renewed certificate is picked up without a restart. gpu-enricher reads
-them at start only: restart the pod when cert-manager renews (e.g. with a reloader), until
-this learns to watch the files and swap the SSLContext's chain.
+A missing or unreadable file, a key that does not match its certificate, a cipher this OpenSSL
+lacks: one line naming the file and the key (WebConfigError: exit status 2 at start; at a
+reload the running configuration is kept, see live_security.py and reload.py).
 """
 
 import asyncio
@@ -264,18 +259,24 @@ class WebSecurity:
     ssl_context: ssl.SSLContext | None
     auth: BasicAuth | None
     headers: tuple[tuple[str, str], ...]
+    config: WebConfig
 
 
-def web_security(config: WebConfig) -> WebSecurity:
+def web_security(config: WebConfig, running: WebSecurity | None = None) -> WebSecurity:
+    """`running`: the configuration in force, at a reload; its password checker (and what it
+    remembers) is kept while the users stay the same."""
     for note in config.notes:
         log.warning("%s", note)
     context = ssl_context(config) if config.tls is not None else None
-    auth = BasicAuth(config.users) if config.users else None
+    if running is not None and running.config.users == config.users:
+        auth = running.auth
+    else:
+        auth = BasicAuth(config.users) if config.users else None
     tls = config.tls
     log.info("web config %s: TLS %s, basic auth %s, %d extra header(s)", config.path,
              f"on (client certificates: {tls.client_auth_type})" if tls else "off",
              f"on ({len(config.users)} user(s))" if auth else "off", len(config.headers))
-    return WebSecurity(config.path, context, auth, config.headers)
+    return WebSecurity(config.path, context, auth, config.headers, config)
 
 
 def load_web_security(path: Path) -> WebSecurity:

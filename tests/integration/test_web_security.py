@@ -23,10 +23,12 @@ import bcrypt
 import pytest
 from aiohttp import web
 
-from gpu_enricher.app import make_app, make_collector
+from gpu_enricher.app import make_app
+from gpu_enricher.assembly import make_collector
 from gpu_enricher.cli import default_counters_path
 from gpu_enricher.config import Config
 from gpu_enricher.counters import load_counters
+from gpu_enricher.live_security import LiveWebSecurity
 from gpu_enricher.scenario import builtin_scenario
 from gpu_enricher.server import bind_sockets, install_web_security
 from gpu_enricher.simulated import SimulatedBackend
@@ -148,7 +150,7 @@ async def start(pki: Pki) -> AsyncIterator[Start]:
         collector = make_collector(config, load_counters(default_counters_path()),
                                    SimulatedBackend(builtin_scenario()))
         app = make_app(collector)
-        install_web_security(app, security)
+        install_web_security(app, LiveWebSecurity(security))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         runners.append(runner)

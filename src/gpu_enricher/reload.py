@@ -1,0 +1,183 @@
+"""Reloading the configuration without a gap (issue 13): SIGHUP, or a change of a watched file
+(the counters file, the web config and the certificate, key and CA files it names), re-reads
+the counters file and the web config together.
+
+Nothing is torn down: /metrics keeps serving the running exposition until the collector has
+rendered a whole pass with the new counters (Collector.use_counters), and new connections and
+requests meet the new web config as soon as it is in force (live_security.py). A file that is
+wrong keeps the whole running configuration, is logged once and counted, and
+`gpu_enricher_config_reload_success` reads 0 until a reload succeeds, as Prometheus reports its
+own reloads.
+
+Files are watched by polling their stat (device, inode, size, modification and change times),
+following symlinks: a Kubernetes Secret or ConfigMap volume swaps its `..data` link and
+cert-manager renames a new file into place; both change the stat of the path we hold.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from aiohttp import web
+
+from .collector import Collector
+from .counters import CounterLine, CountersFileError, load_counters
+from .live_security import LiveWebSecurity, fixed_setting_changed, watched_files
+from .ownmetrics import CONFIG
+from .webconfig import WebConfigError, load_web_config
+from .websecurity import WebSecurity, web_security
+
+log = logging.getLogger(__name__)
+
+SETTLE_SECONDS: Final = 1.0
+"""After a change is seen, files must hold still this long before they are read: a certificate
+and its key written one after the other are read as a pair, not refused in between."""
+MAX_SETTLE_ROUNDS: Final = 5
+
+Stamp = tuple[int, int, int, int, int] | None
+
+
+def stamp(path: Path) -> Stamp:
+    """What changes when the file is replaced or rewritten; None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class ReloadRefused(Exception):
+    """A reload that keeps the running configuration; `file` is the metric's label."""
+
+    def __init__(self, file: str, message: str) -> None:
+        super().__init__(message)
+        self.file = file
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    counters: tuple[CounterLine, ...]
+    security: WebSecurity | None
+
+
+class ConfigReloader:
+    def __init__(self, collector: Collector, counters_path: Path,
+                 counters: tuple[CounterLine, ...], live: LiveWebSecurity | None,
+                 check_seconds: float, wall_clock: Callable[[], float] = time.time) -> None:
+        self._collector = collector
+        self._counters_path = counters_path
+        self._counters = counters
+        self._live = live
+        self._check_seconds = check_seconds
+        self._wall_clock = wall_clock
+        self._requested = asyncio.Event()
+        self._last_error: str | None = None
+        self._stamps = self._stamp_all()
+        self.reloads = 0  # successful ones, for tests and curiosity
+        CONFIG.reload_ok, CONFIG.last_success = True, wall_clock()
+
+    def _paths(self) -> tuple[Path, ...]:
+        if self._live is None:
+            return (self._counters_path,)
+        return (self._counters_path, *watched_files(self._live.current.config))
+
+    def _stamp_all(self) -> dict[Path, Stamp]:
+        return {path: stamp(path) for path in self._paths()}
+
+    def request(self) -> None:
+        """SIGHUP (called on the loop): reload now, whether or not a file changed."""
+        self._requested.set()
+
+    async def run(self) -> None:
+        """Reload on request, and when a watched file changes (checked every check_seconds;
+        0: on request only)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._requested.wait(), self._check_seconds or None)
+            if self._requested.is_set():
+                self._requested.clear()
+                await self.reload("SIGHUP")
+                continue
+            changed = [path for path, old in self._stamps.items() if stamp(path) != old]
+            if changed:
+                await self._settle()
+                await self.reload(f"{changed[0]} changed")
+
+    async def _settle(self) -> None:
+        """Wait until the watched files hold still (a writer may not be done)."""
+        seen = self._stamp_all()
+        for _ in range(MAX_SETTLE_ROUNDS):
+            await asyncio.sleep(SETTLE_SECONDS)
+            now = self._stamp_all()
+            if now == seen:
+                return
+            seen = now
+
+    async def reload(self, trigger: str) -> bool:
+        """Re-read both files; put them in force only when both are right."""
+        stamps = self._stamp_all()  # before reading: a change while reading is seen next time
+        try:
+            loaded = await asyncio.to_thread(self._read)  # files and PEM parsing: off the loop
+        except ReloadRefused as refused:
+            self._stamps = stamps  # retried at the next change or SIGHUP, not every check
+            self._refuse(trigger, refused)
+            return False
+        changed = []
+        if loaded.counters != self._counters:
+            self._counters = loaded.counters
+            self._collector.use_counters(loaded.counters)
+            changed.append(f"{len(loaded.counters)} counter line(s)")
+        if self._live is not None and loaded.security is not None:
+            self._live.replace(loaded.security)
+            changed.append("web config")
+        self._stamps = self._stamp_all()  # the new web config may name other files
+        self._last_error = None
+        self.reloads += 1
+        CONFIG.reload_ok, CONFIG.last_success = True, self._wall_clock()
+        log.info("configuration reloaded (%s): %s", trigger, ", ".join(changed) or "unchanged")
+        return True
+
+    def _read(self) -> LoadedConfig:
+        """In a worker thread. Raises ReloadRefused."""
+        try:
+            counters = load_counters(self._counters_path)
+        except CountersFileError as exc:
+            raise ReloadRefused("counters", str(exc)) from None
+        if self._live is None:
+            return LoadedConfig(counters, None)
+        running = self._live.current
+        try:
+            config = load_web_config(Path(running.config.path))
+            fixed = fixed_setting_changed(running.config, config)
+            if fixed is not None:
+                raise ReloadRefused("web_config", fixed)
+            return LoadedConfig(counters, web_security(config, running))
+        except WebConfigError as exc:
+            raise ReloadRefused("web_config", str(exc)) from None
+
+    def _refuse(self, trigger: str, refused: ReloadRefused) -> None:
+        CONFIG.reload_ok = False
+        CONFIG.failures[refused.file] += 1
+        message = str(refused)
+        # Once per distinct error: a file that stays wrong is not logged on every SIGHUP.
+        (log.error if message != self._last_error else log.debug)(
+            "reload (%s) refused, keeping the running configuration: %s", trigger, message)
+        self._last_error = message
+
+
+RELOADER_KEY: Final = web.AppKey("reloader", ConfigReloader)
+
+
+async def reloader_task(app: web.Application) -> AsyncIterator[None]:
+    """The reloader lives as long as the app (app.cleanup_ctx)."""
+    task = asyncio.create_task(app[RELOADER_KEY].run(), name="config-reloader")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
