@@ -8,46 +8,26 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from .assembly import make_assignments, make_backend, make_collector, simulated_cluster
 from .backend import GpuBackend
-from .collector import Collector, CollectorOptions
-from .config import BUILTIN_SCENARIO, Config
+from .collector import Collector
+from .config import Config
+from .connguard import ConnectionGuard, ConnectionLimits, GuardedSite
 from .counters import CounterLine
-from .podlabels import PodLabelPolicy
+from .reload import RELOADER_KEY, ConfigReloader, reloader_task
 from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
 
 if TYPE_CHECKING:
     import ssl
 
-    from .kubelet.source import KubeletSource
-    from .model import PodDirectory, SliceDirectory
-    from .podlogs import LogNameSource
-    from .proc_source import ProcessSource
     from .sim_cluster import SimulatedCluster
-    from .sources import Source
     from .websecurity import WebSecurity
-    from .xid import XidSnapshot
 
 log = logging.getLogger(__name__)
-
-
-def make_backend(config: Config) -> GpuBackend:
-    if config.simulate is None:
-        from .nvml import NvmlBackend
-
-        return NvmlBackend(slow_interval_seconds=config.slow_fields_interval_ms / 1000)
-    from .scenario import builtin_scenario, load_scenario
-    from .simulated import SimulatedBackend
-
-    scenario = (
-        builtin_scenario() if config.simulate == BUILTIN_SCENARIO
-        else load_scenario(Path(config.simulate))
-    )
-    return SimulatedBackend(scenario)
 
 
 async def _collector_task(app: web.Application) -> AsyncIterator[None]:
@@ -57,53 +37,6 @@ async def _collector_task(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-def make_assignments(config: Config, socket: Path | None = None) -> "KubeletSource | None":
-    """The kubelet source with `-k` (grpc is imported only then)."""
-    if not config.kubernetes:
-        return None
-    from .kubelet.client import PodResourcesClient
-    from .kubelet.source import KubeletOptions, KubeletSource
-
-    interval = config.interval_seconds
-    timeout = max(0.5, min(5.0, interval / 2))  # a slow kubelet never delays a pass for long
-    return KubeletSource(
-        PodResourcesClient(socket or config.kubelet_socket, timeout),
-        KubeletOptions(max_age_seconds=max(3 * interval, 2 * timeout),
-                       extra_resources=config.extra_resources),
-    )
-
-
-def make_collector(config: Config, counters: tuple[CounterLine, ...],
-                   backend: GpuBackend | None = None,
-                   assignments: "KubeletSource | None" = None,
-                   api_url: Callable[[], str] | None = None) -> Collector:
-    """The collector with every source the configuration asks for."""
-    logs, processes = make_process_sources(config)
-    backend = backend if backend is not None else make_backend(config)
-    return Collector(
-        backend,
-        CollectorOptions(
-            interval_seconds=config.interval_seconds,
-            hostname=config.hostname,
-            counters=counters,
-            virtual_gpus=config.virtual_gpus,
-            extra_resources=config.extra_resources,
-            process_metrics=config.process_metrics,
-            pod_policy=PodLabelPolicy(config.pod_labels, config.pod_uid,
-                                      config.pod_label_allowlist),
-            dra_drivers=config.dra_drivers if config.reads_slices else frozenset(),
-            xid_window_ms=config.xid_window_ms,
-            clock_events_window_ms=config.clock_events_window_ms,
-        ),
-        assignments=assignments,
-        pods=make_pod_source(config, api_url),
-        logs=logs,
-        processes=processes,
-        slices=make_slice_source(config, api_url),
-        xids=make_xid_source(config, backend),
-    )
 
 
 def _simulated_cluster_context(
@@ -130,71 +63,6 @@ def make_app(collector: Collector, cluster: "SimulatedCluster | None" = None) ->
     return app
 
 
-def simulated_cluster(backend: GpuBackend, config: Config) -> "SimulatedCluster | None":
-    """The simulated node's kubelet, Kubernetes API and /proc, in a private temporary
-    directory."""
-    from .simulated import SimulatedBackend
-
-    if not isinstance(backend, SimulatedBackend):
-        return None
-    from .sim_cluster import SimulatedCluster
-
-    return SimulatedCluster(backend.scenario, config.node_name)
-
-
-def make_pod_source(config: Config,
-                    api_url: Callable[[], str] | None = None) -> "Source[PodDirectory] | None":
-    """The Kubernetes API's pods of this node, when a feature needs them."""
-    if not config.reads_pods:
-        return None
-    from .kube.config import plan_from_environment
-    from .kube.source import PodWatchOptions, PodWatchSource
-
-    options = PodWatchOptions(node_name=config.node_name,
-                              kubeconfig=str(config.kubeconfig) if config.kubeconfig else None)
-    if api_url is None:
-        return PodWatchSource(options)
-    return PodWatchSource(options, plan=lambda: plan_from_environment(api_url(), None))
-
-
-def make_slice_source(config: Config,
-                      api_url: Callable[[], str] | None = None) -> "Source[SliceDirectory] | None":
-    """DRA: this node's ResourceSlices, when claims are to be resolved."""
-    if not config.reads_slices:
-        return None
-    from .kube.config import plan_from_environment
-    from .kube.slice_source import ResourceSliceOptions, ResourceSliceSource
-
-    options = ResourceSliceOptions(node_name=config.node_name, drivers=config.dra_drivers,
-                                   kubeconfig=str(config.kubeconfig) if config.kubeconfig
-                                   else None)
-    if api_url is None:
-        return ResourceSliceSource(options)
-    return ResourceSliceSource(options, plan=lambda: plan_from_environment(api_url(), None))
-
-
-def make_xid_source(config: Config, backend: GpuBackend) -> "Source[XidSnapshot]":
-    """XID events: NVML's event thread, or the simulated node's scripted XIDs."""
-    from .simulated import SimulatedBackend
-
-    if isinstance(backend, SimulatedBackend):
-        from .sim_xids import SimulatedXids
-
-        return SimulatedXids(backend.scenario)
-    from .nvml_events import XidSource
-
-    return XidSource(window_seconds=config.xid_window_ms / 1000)
-
-
-def make_process_sources(config: Config) -> "tuple[LogNameSource | None, ProcessSource | None]":
-    if not config.reads_proc:
-        return None, None
-    from .podlogs import LogNameSource
-    from .proc_source import ProcessSource
-
-    return LogNameSource(config.kubelet_log_root), ProcessSource(config.proc_root)
-
-
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """uvloop where installed (a dependency on Linux): ~15 % more scrapes per core than the
     default loop in bench/scrape.py; the default loop otherwise."""
@@ -213,6 +81,10 @@ def end_process(status: int) -> None:
     """Exit once everything of ours is closed, without the interpreter's finalization: it
     would wait on nothing we need, could hang on a driver call still stuck on a daemon thread,
     and resets the signal handlers, so a late SIGTERM would turn exit 0 into 143."""
+    if "gpu_enricher.kube.config" in sys.modules:  # the Kubernetes API was used
+        from .kube.config import remove_credential_copies
+
+        remove_credential_copies()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -244,13 +116,21 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
 
     for signum in (signal.SIGTERM, signal.SIGINT):  # first: a signal during start-up is clean
         loop.add_signal_handler(signum, on_signal)
+    reloader = app.get(RELOADER_KEY)
+    if reloader is not None:  # SIGHUP reloads (it used to kill the process: issue 13, defect 5)
+        loop.add_signal_handler(signal.SIGHUP, reloader.request)
     # In-flight scrapes get 1 s: with the sources' and the backend's bounded close, SIGTERM
     # exits within 2 s whatever NVML, the kubelet or a client is doing (issue 13, defect 1).
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    # keepalive_timeout: aiohttp's own bound on a connection idle between requests.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
+                           keepalive_timeout=config.web_idle_timeout_ms / 1000)
+    # Slow or silent clients and the connection count (issue 13, defect 10: slowloris).
+    guard = ConnectionGuard(ConnectionLimits(config.web_read_header_timeout_ms / 1000,
+                                             config.web_max_connections))
     try:
         await runner.setup()
         for sock in sockets:
-            await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+            await GuardedSite(runner, sock, guard, ssl_context=ssl_context).start()
         log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)",
                  listen_address(config.host, config.port), app[COLLECTOR_KEY].backend.name,
                  config.collect_interval_ms, type(loop).__module__.split(".")[0])
@@ -272,6 +152,8 @@ def run(config: Config, counters: tuple[CounterLine, ...],
     """Bind first, then build and start everything else: an address that cannot be bound is
     one log line and exit status 1 with nothing started (no NVML, no fake kubelet).
     `exit_process`: the process itself runs it, and ends once serving has (`end_process`)."""
+    if exit_process:  # until serving, where SIGHUP reloads: not killed by one meanwhile
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         sockets = bind_sockets(config.host, config.port)
     except OSError as exc:
@@ -287,10 +169,16 @@ def run(config: Config, counters: tuple[CounterLine, ...],
         collector = make_collector(config, counters, backend, assignments,
                                    (lambda: cluster.api.url) if cluster else None)
         app = make_app(collector, cluster)
+        live = None
         if security is not None:  # --web-config-file: basic auth and headers; TLS below
+            from .live_security import LiveWebSecurity
             from .server import install_web_security
 
-            install_web_security(app, security)
+            live = LiveWebSecurity(security)
+            install_web_security(app, live)
+        app[RELOADER_KEY] = ConfigReloader(collector, config.collectors, counters, live,
+                                           config.config_check_interval_ms / 1000)
+        app.cleanup_ctx.append(reloader_task)
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             status = runner.run(serve(app, config, sockets,
                                       security.ssl_context if security else None))

@@ -7,6 +7,7 @@ The flags themselves and their parsing are in flags.py.
 """
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -25,26 +26,35 @@ from .config import (
     Config,
 )
 from .flag_values import (
+    DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_HEADER_TIMEOUT_MS,
     FALSE_WORDS,
     TRUE_WORDS,
     ArgumentsError,
     UsageError,
     parse_address,
     parse_bool,
+    parse_config_check_interval,
     parse_driver_names,
+    parse_drop_labels,
     parse_gpu_id_type,
     parse_hostname_label_name,
+    parse_idle_timeout,
     parse_interval,
     parse_log_format,
+    parse_max_connections,
     parse_names,
     parse_optional_path,
+    parse_read_header_timeout,
     parse_regexes,
     parse_slow_interval,
     parse_window,
 )
 from .flags import SHORT_USAGE, build_parser, compat_flags, env_names, go_style_flags
-from .names import LABEL_HOSTNAME, Hostname
+from .label_drop import unknown_warning
+from .names import HOSTNAME_LABEL_NAMES, LABEL_HOSTNAME, Hostname
 
 log = logging.getLogger("gpu_enricher")
 
@@ -105,7 +115,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
     host, port = get("address", parse_address, (None, 9400))
     no_hostname = switch("no-hostname")
     hostname_label = get("hostname-label-name", parse_hostname_label_name, LABEL_HOSTNAME)
-    hostname = (None if no_hostname
+    drop_labels = get("drop-labels", parse_drop_labels, frozenset())
+    hostname = (None if no_hostname or drop_labels & set(HOSTNAME_LABEL_NAMES)  # as -n
                 else Hostname(env.get("NODE_NAME") or socket.gethostname(), hostname_label))
     simulate, _ = _value(args, "simulate", env)
     if simulate is not None and simulate.strip().lower() in TRUE_WORDS:  # ..._SIMULATE=true
@@ -148,8 +159,17 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
                         frozenset({"gpu.nvidia.com"})),
         node_name=env.get("NODE_NAME") or socket.gethostname(),
         web_config_file=get("web-config-file", parse_optional_path, None),
+        config_check_interval_ms=get("config-check-interval", parse_config_check_interval, 5000),
+        web_read_header_timeout_ms=get("web-read-header-timeout", parse_read_header_timeout,
+                                       DEFAULT_READ_HEADER_TIMEOUT_MS),
+        web_idle_timeout_ms=get("web-idle-timeout", parse_idle_timeout, DEFAULT_IDLE_TIMEOUT_MS),
+        web_max_connections=get("web-max-connections", parse_max_connections,
+                                DEFAULT_MAX_CONNECTIONS),
+        drop_labels=drop_labels,
     )
     warnings = _unimplemented_warnings(args, env)
+    if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:
+        warnings.append(unknown)
     asked_dra = _value(args, "kubernetes-enable-dra", env)[0] is not None
     if config.dra and not config.reads_slices and asked_dra:
         warnings.append("--kubernetes-enable-dra needs -k/--kubernetes (the kubelet's claims) and "
@@ -225,13 +245,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for warning in warnings:
         log.warning("%s", warning)
     try:
-        counters = load_counters(counters_path(config.collectors))
+        config = dataclasses.replace(config, collectors=counters_path(config.collectors))
+        counters = load_counters(config.collectors)
         security = None
         if config.web_config_file is not None:  # before NVML: a bad file fails fast
             from .websecurity import load_web_security
 
             security = load_web_security(config.web_config_file)
-        from .app import make_backend, run
+        from .app import run
+        from .assembly import make_backend
 
         backend = make_backend(config)
     except (CountersFileError, ScenarioError, WebConfigError) as exc:

@@ -40,6 +40,11 @@ class Config:
     dra_drivers: frozenset[str] = frozenset({"gpu.nvidia.com"})
     node_name: str = ""  # this node, for the Kubernetes API's field selector
     web_config_file: Path | None = None  # exporter-toolkit's web config: TLS, basic auth
+    config_check_interval_ms: int = 5000  # watched files' check; 0: reload on SIGHUP only
+    web_read_header_timeout_ms: int = 10000  # a request head (and a TLS handshake) is due
+    web_idle_timeout_ms: int = 120000  # keep-alive between requests
+    web_max_connections: int = 1024  # more are refused at once
+    drop_labels: frozenset[str] = frozenset()  # left off the DCGM and process series
 
     @property
     def kube_api(self) -> bool:

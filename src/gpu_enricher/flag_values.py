@@ -2,8 +2,11 @@
 that says what was expected. Pure: no environment, no I/O."""
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
+
+from .label_drop import refusal
 
 DEFAULT_ADDRESS: Final = ":9400"
 DEFAULT_INTERVAL_MS: Final = 5000
@@ -40,14 +43,23 @@ def parse_interval(text: str) -> int:
     return value
 
 
-def parse_slow_interval(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"invalid slow-fields interval {text!r}: expected milliseconds") from None
-    if value < 0:
-        raise UsageError(f"slow-fields interval {value} ms is negative")
-    return value
+def non_negative_ms(what: str) -> Callable[[str], int]:
+    """A parser of milliseconds, 0 or more; `what` names the flag's meaning in errors."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise UsageError(f"invalid {what} {text!r}: expected milliseconds") from None
+        if value < 0:
+            raise UsageError(f"{what} {value} ms is negative")
+        return value
+
+    return parse
+
+
+parse_slow_interval = non_negative_ms("slow-fields interval")
+parse_config_check_interval = non_negative_ms("config check interval")
 
 
 def parse_bool(text: str) -> bool:
@@ -74,6 +86,17 @@ def parse_driver_names(text: str) -> frozenset[str]:
     if not names:
         raise UsageError("no DRA driver names: give at least one, e.g. gpu.nvidia.com")
     return names
+
+
+def parse_drop_labels(text: str) -> frozenset[str]:
+    """Label names to leave off every series; one that tells series apart is refused
+    (label_drop.py says which and why)."""
+    labels = parse_names(text)
+    for name in sorted(labels):
+        why = refusal(name)
+        if why is not None:
+            raise UsageError(f"label {name!r} cannot be dropped: {why}")
+    return labels
 
 
 def parse_regexes(text: str) -> tuple[str, ...]:
@@ -114,3 +137,32 @@ def parse_window(text: str) -> int:
     if value <= 0:
         raise UsageError(f"window {value} ms must be positive")
     return value
+
+
+DEFAULT_READ_HEADER_TIMEOUT_MS: Final = 10_000
+DEFAULT_IDLE_TIMEOUT_MS: Final = 120_000  # a 60 s scrape interval keeps its connection
+DEFAULT_MAX_CONNECTIONS: Final = 1024
+
+
+def positive(what: str, unit: str = "") -> Callable[[str], int]:
+    """A parser of a whole number above 0 in `unit` ("ms" or none); `what` names the flag's
+    meaning in errors. For the web server's bounds, where 0 would switch a protection off: that
+    is not offered (a large value loosens one)."""
+    expected = "milliseconds" if unit == "ms" else "a whole number"
+    suffix = f" {unit}" if unit else ""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise UsageError(f"invalid {what} {text!r}: expected {expected}") from None
+        if value <= 0:
+            raise UsageError(f"{what} {value}{suffix} must be positive")
+        return value
+
+    return parse
+
+
+parse_read_header_timeout = positive("read-header timeout", "ms")
+parse_idle_timeout = positive("idle timeout", "ms")
+parse_max_connections = positive("connection limit")

@@ -19,17 +19,25 @@ from .config import BUILTIN_SCENARIO
 from .dcgm_flags import DCGM_EXPORTER_FLAGS, DcgmFlag
 from .flag_values import (
     DEFAULT_ADDRESS,
+    DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_HEADER_TIMEOUT_MS,
     ArgumentsError,
     parse_address,
     parse_bool,
+    parse_config_check_interval,
     parse_driver_names,
+    parse_drop_labels,
     parse_gpu_id_type,
     parse_hostname_label_name,
+    parse_idle_timeout,
     parse_interval,
     parse_log_format,
+    parse_max_connections,
     parse_names,
     parse_optional_path,
+    parse_read_header_timeout,
     parse_regexes,
     parse_slow_interval,
     parse_window,
@@ -72,6 +80,12 @@ OPTIONS: Final = (
            "the host label's name: Hostname (default, as dcgm-exporter's releases) or hostname "
            "(as dcgm-exporter's main branch since #655), on every series that has it",
            "Hostname|hostname"),
+    Option("drop-labels", None, parse_drop_labels,
+           "leave these labels off every DCGM and per-process series, comma-separated, to cut "
+           "scrape bytes: only labels that add no series (UUID, pci_bus_id, device, "
+           "modelName, GPU_I_PROFILE, Hostname, label-type fields, pod_uid, a pod's own labels, "
+           "...; docs/scale.md); one that tells series apart (gpu, pod, ...) is refused",
+           "NAMES"),
     Option("log-format", None, parse_log_format, "log format: text (default) or json",
            "text|json"),
     Option("debug", None, None, "log at debug level"),
@@ -125,7 +139,23 @@ OPTIONS: Final = (
            "$KUBECONFIG)", "PATH"),
     Option("web-config-file", None, parse_optional_path,
            "Prometheus exporter-toolkit web config (YAML): TLS, client certificates, basic "
-           "auth, extra response headers; read at start, a bad file exits 2", "PATH"),
+           "auth, extra response headers; a bad file exits 2 at start; reloaded like -f",
+           "PATH"),
+    Option("config-check-interval", None, parse_config_check_interval,
+           "check the counters file, the web config and its certificate, key and CA files for "
+           "changes every MS and reload them; SIGHUP reloads at once; a wrong file keeps the "
+           "running configuration; 0: on SIGHUP only (default 5000)", "MS"),
+    Option("web-read-header-timeout", None, parse_read_header_timeout,
+           "close a connection that has not sent a complete request head MS after connecting "
+           "or after its request's first byte, and one whose TLS handshake takes longer "
+           f"(default {DEFAULT_READ_HEADER_TIMEOUT_MS})", "MS"),
+    Option("web-idle-timeout", None, parse_idle_timeout,
+           "close a keep-alive connection idle between requests for MS "
+           f"(default {DEFAULT_IDLE_TIMEOUT_MS}: a 60 s scrape interval keeps its connection)",
+           "MS"),
+    Option("web-max-connections", None, parse_max_connections,
+           "refuse (close at once) a connection while N are open "
+           f"(default {DEFAULT_MAX_CONNECTIONS})", "N"),
 )
 IMPLEMENTED_LONG: Final = frozenset(o.long for o in OPTIONS) | {"simulate"}
 

@@ -21,7 +21,13 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector as ClientCollector
 from prometheus_client.registry import CollectorRegistry
 
-from .selfmetrics import AUTH_FAILURE_REASONS, http_families
+from .selfmetrics import (
+    AUTH_FAILURE_REASONS,
+    CONFIG_FILES,
+    TIMEOUT_PHASES,
+    config_families,
+    http_families,
+)
 
 # Untyped upstream; the same call as the text renderer's.
 openmetrics_exposition: Final[Callable[[ClientCollector], bytes]] = openmetrics.generate_latest
@@ -42,10 +48,15 @@ class HttpCounts:
     `process_*` is: one server per process, and aiohttp's connection handlers, which count,
     know no collector."""
 
-    __slots__ = ("auth_failures", "bad_requests")
+    __slots__ = ("auth_failures", "bad_requests", "connections", "connections_refused",
+                 "timeouts")
 
     def __init__(self) -> None:
         self.bad_requests = 0
+        # connguard.py's: open now, refused over the limit, timed out by phase.
+        self.connections = 0
+        self.connections_refused = 0
+        self.timeouts = dict.fromkeys(TIMEOUT_PHASES, 0)
         # Basic auth's 401s by reason (--web-config-file), every reason present from the start.
         self.auth_failures = dict.fromkeys(AUTH_FAILURE_REASONS, 0)
 
@@ -55,7 +66,29 @@ HTTP: Final = HttpCounts()
 
 class _Http(ClientCollector):
     def collect(self) -> Iterable[Metric]:
-        return http_families(HTTP.bad_requests, HTTP.auth_failures)
+        return http_families(HTTP.bad_requests, HTTP.auth_failures,
+                             connections=HTTP.connections, refused=HTTP.connections_refused,
+                             timeouts=HTTP.timeouts)
+
+
+class ConfigStatus:
+    """How the configuration's reloads went (reload.py), read when a cycle renders.
+    Process-wide like HTTP: one configuration per process."""
+
+    __slots__ = ("failures", "last_success", "reload_ok")
+
+    def __init__(self) -> None:
+        self.reload_ok = True
+        self.last_success: float | None = None  # set at start by the reloader
+        self.failures = dict.fromkeys(CONFIG_FILES, 0)
+
+
+CONFIG: Final = ConfigStatus()
+
+
+class _Config(ClientCollector):
+    def collect(self) -> Iterable[Metric]:
+        return config_families(CONFIG.reload_ok, CONFIG.last_success, CONFIG.failures)
 
 
 class OwnMetrics:
@@ -69,6 +102,7 @@ class OwnMetrics:
         PlatformCollector(registry=self._registry)
         GCCollector(registry=self._registry)
         self._registry.register(_Http())
+        self._registry.register(_Config())
 
     def render(self, families: Sequence[Metric]) -> tuple[bytes, bytes]:
         """(text 0.0.4, OpenMetrics ending in `# EOF`) of this cycle's `families` followed by

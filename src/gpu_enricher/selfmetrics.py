@@ -77,9 +77,25 @@ AUTH_FAILURE_REASONS = ("missing", "wrong", "busy")
 password; too many checks already waiting (websecurity.BasicAuth)."""
 
 
-def http_families(bad_requests: int, auth_failures: Mapping[str, int]) -> list[Metric]:
+TIMEOUT_PHASES = ("header",)
+"""Where a connection ran out of time (connguard): its request head. (A TLS handshake's timeout
+is the event loop's, which does not say.)"""
+
+
+def http_families(bad_requests: int, auth_failures: Mapping[str, int], *, connections: int,
+                  refused: int, timeouts: Mapping[str, int]) -> list[Metric]:
     """The HTTP server's own counts (ownmetrics.HTTP)."""
-    return [_family(f"{P}http_bad_requests", "counter",
+    return [_family(f"{P}http_connections", "gauge",
+                    "Client connections open (TLS ones once their handshake is done).",
+                    [([], connections)]),
+            _family(f"{P}http_connections_refused", "counter",
+                    "Connections closed at once because --web-max-connections were open.",
+                    [([], refused)]),
+            _family(f"{P}http_timeouts", "counter",
+                    "Connections closed for taking too long (--web-read-header-timeout), by "
+                    "phase: header (no complete request head in time).",
+                    [([("phase", p)], n) for p, n in timeouts.items()]),
+            _family(f"{P}http_bad_requests", "counter",
                     "Requests refused as malformed or over the request line, header or "
                     "header count limits (answered 400).", [([], bad_requests)]),
             _family(f"{P}http_auth_failures", "counter",
@@ -87,6 +103,25 @@ def http_families(bad_requests: int, auth_failures: Mapping[str, int]) -> list[M
                     "reason: missing (no or malformed credentials), wrong (unknown user or "
                     "wrong password), busy (too many password checks waiting).",
                     [([("reason", r)], n) for r, n in auth_failures.items()])]
+
+
+CONFIG_FILES = ("counters", "web_config")
+"""What a reload re-reads (reload.py): the counters file (-f) and --web-config-file."""
+
+
+def config_families(reload_ok: bool, last_success: float | None,
+                    failures: Mapping[str, int]) -> list[Metric]:
+    """Reloads (SIGHUP, or a watched file changing), named and meant as Prometheus's own
+    `prometheus_config_last_reload_*`."""
+    return [_family(f"{P}config_reload_success", "gauge",
+                    "Whether the last configuration reload succeeded (1) or failed and the "
+                    "running configuration was kept (0).", [([], 1 if reload_ok else 0)]),
+            _family(f"{P}config_last_reload_success_timestamp_seconds", "gauge",
+                    "Unix time of the last successful configuration load (the start, or a "
+                    "reload).", [] if last_success is None else [([], last_success)]),
+            _family(f"{P}config_reload_failures", "counter",
+                    "Reloads refused, by the file that was wrong: the running configuration "
+                    "was kept.", [([("file", f)], n) for f, n in failures.items()])]
 
 
 def _per_resource(name: str, help_text: str, counts: Mapping[str, int]) -> Metric:

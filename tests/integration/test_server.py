@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from gpu_enricher.app import make_app, make_collector
+from gpu_enricher.app import make_app
+from gpu_enricher.assembly import make_collector
 from gpu_enricher.backend import BackendUnavailable
 from gpu_enricher.cli import default_counters_path
 from gpu_enricher.config import Config

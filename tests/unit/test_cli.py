@@ -340,3 +340,48 @@ def test_hostname_label_name_flag() -> None:
                                          "hostname label name 'HOSTNAME': expected Hostname or"):
         parse_config([], {"GPU_ENRICHER_HOSTNAME_LABEL_NAME": "HOSTNAME"})
     assert "--hostname-label-name Hostname|hostname" in build_parser().format_help()
+
+
+def test_web_server_bounds() -> None:
+    config, _ = parse_config([], {})
+    assert (config.web_read_header_timeout_ms, config.web_idle_timeout_ms,
+            config.web_max_connections) == (10000, 120000, 1024)
+    config, _ = parse_config(["--web-read-header-timeout", "500", "--web-idle-timeout=1000",
+                              "--web-max-connections", "4"], {})
+    assert (config.web_read_header_timeout_ms, config.web_idle_timeout_ms,
+            config.web_max_connections) == (500, 1000, 4)
+    config, _ = parse_config([], {"GPU_ENRICHER_WEB_READ_HEADER_TIMEOUT": "2500",
+                                  "GPU_ENRICHER_WEB_IDLE_TIMEOUT": "60000",
+                                  "GPU_ENRICHER_WEB_MAX_CONNECTIONS": "64"})
+    assert (config.web_read_header_timeout_ms, config.web_idle_timeout_ms,
+            config.web_max_connections) == (2500, 60000, 64)
+    help_text = build_parser().format_help()
+    for flag in ("--web-read-header-timeout MS", "--web-idle-timeout MS",
+                 "--web-max-connections N"):
+        assert flag in help_text
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        # 0 would switch a protection off: not offered, a large value loosens one.
+        (["--web-read-header-timeout", "0"], {},
+         "--web-read-header-timeout=0: read-header timeout 0 ms must be positive"),
+        (["--web-idle-timeout=-1"], {}, "--web-idle-timeout=-1: idle timeout -1 ms must be "
+                                        "positive"),
+        ([], {"GPU_ENRICHER_WEB_MAX_CONNECTIONS": "0"},
+         "GPU_ENRICHER_WEB_MAX_CONNECTIONS=0: connection limit 0 must be positive"),
+        (["--web-max-connections", "many"], {},
+         "--web-max-connections=many: invalid connection limit 'many': expected a whole number"),
+        (["--web-idle-timeout", "2m"], {},
+         "--web-idle-timeout=2m: invalid idle timeout '2m': expected milliseconds"),
+    ],
+)
+def test_bad_web_server_bounds_exit_2_with_one_line(
+        argv: list[str], env: dict[str, str], message: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpu-enricher: error: {message}"]
