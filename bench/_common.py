@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -133,6 +134,13 @@ def exporter_argv(port: int, interval_ms: int, extra: Sequence[str] = (),
     head = [PYTHON, "-m", "gpu_enricher"] if loop is None else [
         PYTHON, str(BENCH / "loop_run.py"), loop]
     return [*head, "-a", f"127.0.0.1:{port}", "-c", str(interval_ms), *extra]
+
+
+def set_plan(collector: Any, plan: object) -> None:
+    """Give an in-process Collector its counter plan without a backend open (collect.py,
+    processes.py), wherever the collector keeps it: its CounterPlanner, or itself."""
+    planner = getattr(collector, "_planner", None)
+    (planner if planner is not None else collector).plan = plan
 
 
 def median(values: Sequence[float]) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 from pathlib import Path
 
 from aiohttp import web
@@ -42,13 +43,19 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop's event loop")
+    parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate …")
+    parser.add_argument("--tls-key", type=Path, help="… and key (bench/load.py's TLS runs)")
     args = parser.parse_args()
+    context = None
+    if args.tls_cert:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
     if args.uvloop:
         import uvloop  # type: ignore[import-not-found, unused-ignore]
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     web.run_app(build_app(args.dir), host="127.0.0.1", port=args.port, access_log=None,
-                print=None)
+                print=None, ssl_context=context)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ from _common import (
     median,
     proc_cpu_seconds,
     proc_status_kib,
+    set_plan,
 )
 
 from gpu_enricher.model import AllocatableDevices, PodAssignment, PodMeta
@@ -190,10 +191,10 @@ def _pod(namespace: str, workload: str, n: int, containers: Sequence[str],
                     device)
 
 
-def build_node() -> BenchNode:
+def build_node(pods: int = PODS, gpu_pods: int = GPU_PODS) -> BenchNode:
     """Deterministic: the helper process and this one build the same node."""
     node = BenchNode()
-    for k in range(GPU_PODS):
+    for k in range(gpu_pods):
         namespace, workload, main, proc_name, sidecar = _GPU_WORKLOADS[k % len(_GPU_WORKLOADS)]
         gpu = k % GPUS
         containers: tuple[str, ...] = (main,) if sidecar is None else (main, sidecar)
@@ -205,9 +206,9 @@ def build_node() -> BenchNode:
             node.processes.append(BenchProcess(pid, proc_name, gpu, 512 * (1 + (k + j) % 8), sm,
                                                sm // 2, "c", pod))
     k = 0
-    while len(node.pods) < PODS:
+    while len(node.pods) < pods:
         namespace, workload, others = _OTHER_PODS[k % len(_OTHER_PODS)]
-        node.pods.append(_pod(namespace, workload, GPU_PODS + k, others, None))
+        node.pods.append(_pod(namespace, workload, gpu_pods + k, others, None))
         k += 1
     for pid, name, gpu, mib, kind in HOST_PROCESSES:
         node.processes.append(BenchProcess(pid, name, gpu, mib, None, None, kind, None))
@@ -459,7 +460,7 @@ async def measure_pass(fake: Any, node: BenchNode, tmp: Path, cycles: int, warmu
     try:
         await pods.start()
         for _ in range(1000):
-            if pods.snapshot().synced and len(pods.snapshot().pods) == PODS:
+            if pods.snapshot().synced and len(pods.snapshot().pods) == len(node.pods):
                 break
             await asyncio.sleep(0.01)
         else:
@@ -472,7 +473,7 @@ async def measure_pass(fake: Any, node: BenchNode, tmp: Path, cycles: int, warmu
                        assignments=kubelet, pods=pods, logs=logs, processes=procs)
         off = Collector(backend, CollectorOptions(1.0, NODE, counters), assignments=kubelet)
         for c in (on, off):
-            c.plan = plan
+            set_plan(c, plan)
             c._opened = True
         clock, tclock = time.process_time, time.thread_time
         t = PassTimes()
@@ -535,7 +536,7 @@ async def measure_pass(fake: Any, node: BenchNode, tmp: Path, cycles: int, warmu
             t2 = tclock()
             t.cold_read.append((t1 - t0) * 1e3)
             t.warm_read.append((t2 - t1) * 1e3)
-        assert len(warm.read(pids).processes) == EXPECTED_PROCESSES
+        assert len(warm.read(pids).processes) == len(node.processes)
         text_on, text_off = on.exposition.text, off.exposition.text
         t.series_on, t.series_off = _series(text_on), _series(text_off)
         t.bytes_on, t.bytes_off = len(text_on), len(text_off)
@@ -671,7 +672,8 @@ def _range(values: Sequence[float], fmt: str = ".1f") -> str:
     return f"{median(values):{fmt}} ({min(values):{fmt}}..{max(values):{fmt}})"
 
 
-def report_pass(t: PassTimes, cycles: int, warmup: int) -> None:
+def report_pass(t: PassTimes, cycles: int, warmup: int,
+                processes: int = EXPECTED_PROCESSES) -> None:
     m = median
     print(f"### pass: CPU ms per collection pass (process_time), median of {cycles} passes "
           f"after {warmup} warm-up\n")
@@ -687,7 +689,7 @@ def report_pass(t: PassTimes, cycles: int, warmup: int) -> None:
     print(f"| difference (paired per pass) | | | | "
           f"[{m([a - b for a, b in zip(t.compose_on, t.compose_off, strict=True)]):.3f}] "
           f"| **{m(t.diff):.3f}** | +{t.series_on - t.series_off} |")
-    print(f"\n/proc read of {EXPECTED_PROCESSES} PIDs, direct ProcReader.read (thread_time): "
+    print(f"\n/proc read of {processes} PIDs, direct ProcReader.read (thread_time): "
           f"cold cache {_range(t.cold_read, '.3f')} ms, warm {_range(t.warm_read, '.3f')} ms "
           f"(median of {len(t.cold_read)}); process series {t.process_series}, "
           f"{t.attributed} with a pod")
@@ -756,6 +758,10 @@ def main() -> int:
                         help="JSON size of each pod object the fake API serves")
     parser.add_argument("--no-pin", action="store_true",
                         help="do not pin the exporter to CPU 1 and the rest to CPU 0")
+    parser.add_argument("--pods", type=int, default=PODS, help="pods on the node (pass only)")
+    parser.add_argument("--gpu-pods", type=int, default=GPU_PODS,
+                        help=f"pods holding a GPU replica, {PROCS_PER_POD} processes each, at "
+                             f"most {GPUS * 7} (pass only)")
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     parser.add_argument("--serve-fakes", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -767,13 +773,17 @@ def main() -> int:
         args.starts, args.scrapes = 1, 5
         args.churn_rounds, args.churn_seconds = 1, 10.0
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if (args.pods, args.gpu_pods) != (PODS, GPU_PODS) and parts != {"pass"}:
+        parser.error("--pods and --gpu-pods apply to --parts pass only")
+    if not 0 <= args.gpu_pods <= min(args.pods, GPUS * 7):  # the fake lists 16 per GPU
+        parser.error(f"--gpu-pods: 0 to {min(args.pods, GPUS * 7)}")
     if "churn" in parts:
         parts.add("rss")  # it measures the last exporter of rss
     print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
     started = time.monotonic()
 
     lib = build_fake_nvml(args.build_dir)
-    node = build_node()
+    node = build_node(args.pods, args.gpu_pods)
     tmp = Path(tempfile.mkdtemp(prefix="gpe-proc-"))  # short: holds the kubelet socket
     write_proc_tree(node, tmp / "proc")
     write_log_root(node, tmp / "log")
@@ -782,8 +792,8 @@ def main() -> int:
 
     exe = os.path.relpath(PYTHON) if PYTHON.startswith(os.getcwd() + os.sep) else PYTHON
     print(f"command: {shlex.join([exe, *sys.argv])}")
-    print(f"node: {GPUS} fake GPUs (time-sliced, {REPLICAS} replicas each), {PODS} pods "
-          f"({GPU_PODS} holding a GPU replica), {EXPECTED_PROCESSES} GPU processes "
+    print(f"node: {GPUS} fake GPUs (time-sliced, {REPLICAS} replicas each), {len(node.pods)} "
+          f"pods ({args.gpu_pods} holding a GPU replica), {len(node.processes)} GPU processes "
           f"({len(HOST_PROCESSES)} on the host), default counters, pod objects "
           f"~{args.pod_bytes} B of JSON\n")
     try:
@@ -795,7 +805,7 @@ def main() -> int:
             fake = fake_cls(lib)  # before pynvml loads libnvidia-ml.so.1
             times = asyncio.run(measure_pass(fake, node, tmp, args.cycles, args.warmup,
                                              args.cold_reads, args.pod_bytes))
-            report_pass(times, args.cycles, args.warmup)
+            report_pass(times, args.cycles, args.warmup, len(node.processes))
         if "rss" in parts:
             if side_cpus:
                 os.sched_setaffinity(0, side_cpus)

@@ -7,6 +7,7 @@ may appear twice where it would give two series one identity. The format is docu
 docs/simulate.md.
 """
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -34,6 +35,7 @@ from .scenario_values import (
 )
 from .scenario_values import ScenarioError as ScenarioError
 from .scenario_yaml import decode_yaml, read_text
+from .sim_churn import parse_churn
 from .sim_model import (
     MIG_COMPUTE_SLICES,
     PID_MAX,
@@ -60,7 +62,8 @@ _POD_KEYS: Final = frozenset({
 _INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
 _PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod", "container",
                                   "sm_utilization"})
-_TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods"})
+_TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods",
+                              "churn"})
 
 # A GPU instance profile: compute slices, then memory (1g.10gb, 1g.10gb+me, 3g.40gb).
 _PROFILE = re.compile(r"([1-9])g\.[0-9]+gb\S*")
@@ -301,7 +304,7 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
     pods = [_pod(p, gpus, pods_at.item(pods_raw, i)) for i, p in enumerate(pods_raw)]
     specs = tuple(spec for _, spec in pods)
     _check_processes(gpus, [ats for _, ats in parsed], specs)
-    return Scenario(
+    scenario = Scenario(
         gpus=gpus,
         seed=seed,
         driver_version=opt(top, at, "driver_version", "580.105.08", as_text),
@@ -310,6 +313,8 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
         pods=tuple(p for p, spec in pods if p.device_ids and spec.claim is None),
         pod_specs=specs,
     )
+    churn = parse_churn(top.get("churn"), at.field(top, "churn"), scenario)
+    return dataclasses.replace(scenario, churn_pods_per_second=churn) if churn else scenario
 
 
 def load_scenario(path: Path) -> Scenario:

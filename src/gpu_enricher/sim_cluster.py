@@ -8,6 +8,8 @@ exception (KeyboardInterrupt included) that ends the process, SIGTERM before the
 handles it.
 """
 
+import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import shutil
@@ -148,6 +150,8 @@ class SimulatedCluster:
         from .kube.fake_slices import slice_object
         from .kubelet.fake_server import FakeKubelet
 
+        self.scenario, self.node_name = scenario, node_name
+        self._churn: asyncio.Task[None] | None = None
         self.directory = Path(tempfile.mkdtemp(prefix="gpu-enricher-sim-"))
         # Runs once: from close(), or at interpreter exit when an exception ended the process
         # before anyone could call close().
@@ -185,9 +189,17 @@ class SimulatedCluster:
     async def start(self) -> None:
         await self.kubelet.start()
         await self.api.start()
+        if self.scenario.churn_pods_per_second:
+            from .sim_churn import run_churn
+
+            self._churn = asyncio.create_task(run_churn(self, self.scenario), name="sim-churn")
 
     async def stop(self) -> None:
         try:
+            if self._churn is not None:
+                self._churn.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._churn
             await self.api.stop()
             await self.kubelet.stop()
         finally:

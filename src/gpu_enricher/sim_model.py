@@ -5,7 +5,7 @@ Built by scenario.py from the built-in node or `--simulate FILE.yaml` (docs/simu
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from .model import AllocatableDevices, PodAssignment
@@ -85,6 +85,15 @@ class SimPod:
     claim_devices: tuple[tuple[int, int | None], ...] = ()  # (GPU index, GI or None)
 
 
+@dataclass(slots=True, eq=False)
+class ChurnClock:
+    """Ticks of pod churn the simulated node has gone through (sim_churn.py): the one mutable
+    part of a scenario, advanced by its cluster once the fakes show the new pods and read by its
+    backend, whose process lists follow."""
+
+    generation: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     gpus: tuple[SimGpu, ...]
@@ -93,6 +102,8 @@ class Scenario:
     period_seconds: float = 120.0  # one load wave: slow enough to look like real work
     pods: tuple[PodAssignment, ...] = ()  # served by the simulated node's fake kubelet
     pod_specs: tuple[SimPod, ...] = ()  # every pod container, with or without devices
+    churn_pods_per_second: int = 0  # pods replaced every second (`churn:`); 0: none
+    churn_clock: ChurnClock = field(default_factory=ChurnClock, compare=False, repr=False)
 
     def allocatable(self) -> tuple[AllocatableDevices, ...]:
         """What the fake kubelet reports as allocatable: every GPU (its replicas when pods

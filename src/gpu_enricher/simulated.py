@@ -22,6 +22,7 @@ from .model import (
     ProcessSample,
     SampleError,
 )
+from .sim_churn import churned
 from .sim_model import Range, Scenario, SimGpu, SimInstance, SimProcess, mig_uuid
 
 
@@ -32,6 +33,7 @@ class SimulatedBackend:
         self.scenario = scenario
         self._clock = clock
         self._start = clock()
+        self._churned: tuple[int, tuple[SimGpu, ...]] = (0, scenario.gpus)
 
     def open(self) -> None:
         self._start = self._clock()
@@ -71,7 +73,7 @@ class SimulatedBackend:
         t = self._clock() - self._start
         gpus: list[GpuSnapshot] = []
         errors: list[SampleError] = []
-        for gpu in self.scenario.gpus:
+        for gpu in self._gpus():
             snap = self._gpu(gpu, t, fields)
             if P2P_FIELD in fields and snap.healthy:
                 snap = dataclasses.replace(snap, p2p_nvlink=self._p2p(gpu))
@@ -79,6 +81,13 @@ class SimulatedBackend:
                 errors.append(SampleError(self.name, "GpuIsLost", gpu.index))
             gpus.append(snap)
         return NodeSnapshot(tuple(gpus), self.scenario.driver_version, tuple(errors))
+
+    def _gpus(self) -> tuple[SimGpu, ...]:
+        """The GPUs as the pod churn has left them: their processes follow the pods."""
+        generation = self.scenario.churn_clock.generation
+        if generation != self._churned[0]:
+            self._churned = (generation, churned(self.scenario, generation).gpus)
+        return self._churned[1]
 
     def _gpu(self, gpu: SimGpu, t: float, fields: frozenset[str]) -> GpuSnapshot:
         ident = DeviceIdentity(gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.model, gpu.index)
