@@ -2,8 +2,22 @@
 pass at once on request (a reloaded counters file, reload.py)."""
 
 import asyncio
-import contextlib
 import time
+
+
+async def wait_event(event: asyncio.Event, within: float | None) -> bool:
+    """Whether `event` is set within `within` seconds (None: no limit). Not asyncio.wait_for: in
+    Python 3.11 a cancellation that meets its timeout can come out as a TimeoutError, and a
+    loop that suppresses that would never end (a collector or reloader task that ignored
+    its cancel hung a test's clean-up)."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        done, _ = await asyncio.wait({waiter}, timeout=within)
+    finally:
+        waiter.cancel()
+    return bool(done)
 
 
 class PassSchedule:
@@ -22,8 +36,6 @@ class PassSchedule:
         self._due += self.interval
         if self._due < now:  # a slow pass: skip the missed slots, keep the phase
             self._due = now + self.interval - ((now - self._due) % self.interval)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._early.wait(), self._due - now)
-        if self._early.is_set():
+        if await wait_event(self._early, self._due - now):
             self._early.clear()
             self._due = time.monotonic()

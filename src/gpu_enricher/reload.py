@@ -30,6 +30,7 @@ from .collector import Collector
 from .counters import CounterLine, CountersFileError, load_counters
 from .live_security import LiveWebSecurity, fixed_setting_changed, watched_files
 from .ownmetrics import CONFIG
+from .pacing import wait_event
 from .webconfig import WebConfigError, load_web_config
 from .websecurity import WebSecurity, web_security
 
@@ -98,9 +99,7 @@ class ConfigReloader:
         """Reload on request, and when a watched file changes (checked every check_seconds;
         0: on request only)."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._requested.wait(), self._check_seconds or None)
-            if self._requested.is_set():
+            if await wait_event(self._requested, self._check_seconds or None):
                 self._requested.clear()
                 await self.reload("SIGHUP")
                 continue
