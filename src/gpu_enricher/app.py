@@ -139,11 +139,17 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
         return 0
     finally:
         # Everything below is bounded on its own; this bounds the sum, whatever a source, a
-        # client or the simulated node's fakes still do (SIGTERM exits within 2 s).
-        try:
-            await asyncio.wait_for(runner.cleanup(), CLEANUP_SECONDS)
-        except TimeoutError:
+        # client or the simulated node's fakes still do (SIGTERM exits within 2 s). Not
+        # wait_for: on its timeout it waits for the cancelled clean-up to end, forever if
+        # something in it does not end when cancelled (probably how a clean-clone CI run hung,
+        # once, on a SIGINT just after start-up).
+        cleanup = asyncio.ensure_future(runner.cleanup())
+        done, _ = await asyncio.wait({cleanup}, timeout=CLEANUP_SECONDS)
+        if not done:
+            cleanup.cancel()  # and left: the process ends right after (end_process)
             log.warning("shutdown did not finish within %g s; exiting anyway", CLEANUP_SECONDS)
+        elif not cleanup.cancelled() and cleanup.exception() is not None:
+            log.error("shutdown failed", exc_info=cleanup.exception())
 
 
 def run(config: Config, counters: tuple[CounterLine, ...],
