@@ -141,8 +141,7 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
         # Everything below is bounded on its own; this bounds the sum, whatever a source, a
         # client or the simulated node's fakes still do (SIGTERM exits within 2 s). Not
         # wait_for: on its timeout it waits for the cancelled clean-up to end, forever if
-        # something in it does not end when cancelled (probably how a clean-clone CI run hung,
-        # once, on a SIGINT just after start-up).
+        # something in it does not end when cancelled.
         cleanup = asyncio.ensure_future(runner.cleanup())
         done, _ = await asyncio.wait({cleanup}, timeout=CLEANUP_SECONDS)
         if not done:

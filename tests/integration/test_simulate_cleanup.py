@@ -54,6 +54,14 @@ def spawned() -> Iterator[list[subprocess.Popen[str]]]:
             proc.communicate()
 
 
+def _default_sigint() -> None:
+    """In the child: SIGINT as an interactive start gives it. A suite run as a background job
+    (`cmd &` in a script) inherits SIGINT ignored, and a process started so rightly ignores it
+    until it takes the signal over itself, which the SIGINT-while-starting test would read as
+    a hang."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(procs: list[subprocess.Popen[str]], tmp: Path, port: int) -> subprocess.Popen[str]:
     """The exporter with its temporary files in `tmp` (TMPDIR), so the test sees them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
@@ -61,7 +69,8 @@ def spawn(procs: list[subprocess.Popen[str]], tmp: Path, port: int) -> subproces
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpu_enricher", "--simulate", "-a", f"127.0.0.1:{port}",
          "-c", "200"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint)
     procs.append(proc)
     return proc
 
