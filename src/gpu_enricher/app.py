@@ -7,8 +7,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
@@ -18,7 +18,7 @@ from .collector import Collector
 from .config import Config
 from .connguard import ConnectionGuard, ConnectionLimits, GuardedSite
 from .counters import CounterLine
-from .reload import RELOADER_KEY, ConfigReloader, reloader_task
+from .reload import ConfigReloader
 from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
 
 if TYPE_CHECKING:
@@ -30,18 +30,26 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def _collector_task(app: web.Application) -> AsyncIterator[None]:
-    """The collection loop lives exactly as long as the app."""
-    task = asyncio.create_task(app[COLLECTOR_KEY].run(), name="collector")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+RELOADER_KEY: Final = web.AppKey("reloader", ConfigReloader)
+
+AppContext = Callable[[web.Application], contextlib.AbstractAsyncContextManager[None]]
 
 
-def _simulated_cluster_context(
-    cluster: "SimulatedCluster",
-) -> Callable[[web.Application], contextlib.AbstractAsyncContextManager[None]]:
+def _for_the_app_life(name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> AppContext:
+    """A loop (the collection's, the reloader's) that lives exactly as long as the app."""
+
+    @contextlib.asynccontextmanager
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(run(), name=name)
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return context
+
+
+def _simulated_cluster_context(cluster: "SimulatedCluster") -> AppContext:
     @contextlib.asynccontextmanager
     async def context(app: web.Application) -> AsyncIterator[None]:
         try:
@@ -59,7 +67,7 @@ def make_app(collector: Collector, cluster: "SimulatedCluster | None" = None) ->
     app = build_app(collector)
     if cluster is not None:
         app.cleanup_ctx.append(_simulated_cluster_context(cluster))
-    app.cleanup_ctx.append(_collector_task)
+    app.cleanup_ctx.append(_for_the_app_life("collector", collector.run))
     return app
 
 
@@ -181,9 +189,10 @@ def run(config: Config, counters: tuple[CounterLine, ...],
 
             live = LiveWebSecurity(security)
             install_web_security(app, live)
-        app[RELOADER_KEY] = ConfigReloader(collector, config.collectors, counters, live,
-                                           config.config_check_interval_ms / 1000)
-        app.cleanup_ctx.append(reloader_task)
+        reloader = ConfigReloader(collector, config.collectors, counters, live,
+                                  config.config_check_interval_ms / 1000)
+        app[RELOADER_KEY] = reloader
+        app.cleanup_ctx.append(_for_the_app_life("config-reloader", reloader.run))
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             status = runner.run(serve(app, config, sockets,
                                       security.ssl_context if security else None))

@@ -33,33 +33,31 @@ def parse_address(text: str) -> tuple[str | None, int]:
     return (host or None), int(port_text)
 
 
-def parse_interval(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"invalid collect interval {text!r}: expected milliseconds") from None
-    if value < MIN_INTERVAL_MS:
-        raise UsageError(f"collect interval {value} ms is below the minimum {MIN_INTERVAL_MS} ms")
-    return value
-
-
-def non_negative_ms(what: str) -> Callable[[str], int]:
-    """A parser of milliseconds, 0 or more; `what` names the flag's meaning in errors."""
+def whole_number(what: str, minimum: int, unit: str = "ms") -> Callable[[str], int]:
+    """A parser of a whole number of `unit` ("ms" or none) from `minimum` up; `what` names the
+    flag's meaning in its errors."""
+    expected = "milliseconds" if unit == "ms" else "a whole number"
+    suffix = f" {unit}" if unit else ""
+    why = ("is negative" if minimum == 0 else "must be positive" if minimum == 1
+           else f"is below the minimum {minimum}{suffix}")
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise UsageError(f"invalid {what} {text!r}: expected milliseconds") from None
-        if value < 0:
-            raise UsageError(f"{what} {value} ms is negative")
+            raise UsageError(f"invalid {what} {text!r}: expected {expected}") from None
+        if value < minimum:
+            raise UsageError(f"{what} {value}{suffix} {why}")
         return value
 
     return parse
 
 
-parse_slow_interval = non_negative_ms("slow-fields interval")
-parse_config_check_interval = non_negative_ms("config check interval")
+parse_interval = whole_number("collect interval", MIN_INTERVAL_MS)
+parse_slow_interval = whole_number("slow-fields interval", 0)
+parse_config_check_interval = whole_number("config check interval", 0)
+parse_window = whole_number("window", 1)
+"""A count window, as dcgm-exporter's -x and clock-events window."""
 
 
 def parse_bool(text: str) -> bool:
@@ -128,41 +126,13 @@ def parse_optional_path(text: str) -> Path | None:
     return Path(text) if text.strip() else None
 
 
-def parse_window(text: str) -> int:
-    """A count window in milliseconds, as dcgm-exporter's -x and clock-events window."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"invalid window {text!r}: expected milliseconds") from None
-    if value <= 0:
-        raise UsageError(f"window {value} ms must be positive")
-    return value
-
-
 DEFAULT_READ_HEADER_TIMEOUT_MS: Final = 10_000
 DEFAULT_IDLE_TIMEOUT_MS: Final = 120_000  # a 60 s scrape interval keeps its connection
 DEFAULT_MAX_CONNECTIONS: Final = 1024
 
 
-def positive(what: str, unit: str = "") -> Callable[[str], int]:
-    """A parser of a whole number above 0 in `unit` ("ms" or none); `what` names the flag's
-    meaning in errors. For the web server's bounds, where 0 would switch a protection off: that
-    is not offered (a large value loosens one)."""
-    expected = "milliseconds" if unit == "ms" else "a whole number"
-    suffix = f" {unit}" if unit else ""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise UsageError(f"invalid {what} {text!r}: expected {expected}") from None
-        if value <= 0:
-            raise UsageError(f"{what} {value}{suffix} must be positive")
-        return value
-
-    return parse
-
-
-parse_read_header_timeout = positive("read-header timeout", "ms")
-parse_idle_timeout = positive("idle timeout", "ms")
-parse_max_connections = positive("connection limit")
+# The web server's bounds: 0 would switch a protection off, which is not offered (a large
+# value loosens one).
+parse_read_header_timeout = whole_number("read-header timeout", 1)
+parse_idle_timeout = whole_number("idle timeout", 1)
+parse_max_connections = whole_number("connection limit", 1, unit="")

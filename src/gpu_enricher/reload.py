@@ -15,16 +15,13 @@ cert-manager renames a new file into place; both change the stat of the path we 
 """
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
-
-from aiohttp import web
 
 from .collector import Collector
 from .counters import CounterLine, CountersFileError, load_counters
@@ -80,7 +77,6 @@ class ConfigReloader:
         self._requested = asyncio.Event()
         self._last_error: str | None = None
         self._stamps = self._stamp_all()
-        self.reloads = 0  # successful ones, for tests and curiosity
         CONFIG.reload_ok, CONFIG.last_success = True, wall_clock()
 
     def _paths(self) -> tuple[Path, ...]:
@@ -118,7 +114,7 @@ class ConfigReloader:
                 return
             seen = now
 
-    async def reload(self, trigger: str) -> bool:
+    async def reload(self, trigger: str) -> None:
         """Re-read both files; put them in force only when both are right."""
         stamps = self._stamp_all()  # before reading: a change while reading is seen next time
         try:
@@ -126,7 +122,7 @@ class ConfigReloader:
         except ReloadRefused as refused:
             self._stamps = stamps  # retried at the next change or SIGHUP, not every check
             self._refuse(trigger, refused)
-            return False
+            return
         changed = []
         if loaded.counters != self._counters:
             self._counters = loaded.counters
@@ -137,10 +133,8 @@ class ConfigReloader:
             changed.append("web config")
         self._stamps = self._stamp_all()  # the new web config may name other files
         self._last_error = None
-        self.reloads += 1
         CONFIG.reload_ok, CONFIG.last_success = True, self._wall_clock()
         log.info("configuration reloaded (%s): %s", trigger, ", ".join(changed) or "unchanged")
-        return True
 
     def _read(self) -> LoadedConfig:
         """In a worker thread. Raises ReloadRefused."""
@@ -168,15 +162,3 @@ class ConfigReloader:
         (log.error if message != self._last_error else log.debug)(
             "reload (%s) refused, keeping the running configuration: %s", trigger, message)
         self._last_error = message
-
-
-RELOADER_KEY: Final = web.AppKey("reloader", ConfigReloader)
-
-
-async def reloader_task(app: web.Application) -> AsyncIterator[None]:
-    """The reloader lives as long as the app (app.cleanup_ctx)."""
-    task = asyncio.create_task(app[RELOADER_KEY].run(), name="config-reloader")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

@@ -37,6 +37,7 @@ from tests.chart.test_chart import (
 )
 from tests.conftest import ROOT, require_tool
 from tests.integration.test_process import free_port
+from tests.pki import SecretVolume, make_ca, make_leaf
 
 SERVICE_DNS = f"{RELEASE}-gpu-enricher.{NAMESPACE}.svc"  # the default serverName
 WEB_CONFIG_SECRET = f"{RELEASE}-gpu-enricher-web-config"
@@ -380,45 +381,17 @@ def test_without_the_servicemonitor_nothing_is_asked_of_prometheus(helm: str,
 
 # The rendered pod, run.
 
-def openssl(directory: Path, *args: str) -> None:
-    subprocess.run([require_tool("openssl"), *args], cwd=directory, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def make_ca(directory: Path, name: str) -> None:
-    (directory / f"{name}.cnf").write_text(
-        f"[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = {name}\n"
-        "[ext]\nbasicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign\n"
-        "subjectKeyIdentifier = hash\n")
-    openssl(directory, "req", "-x509", "-config", f"{name}.cnf", "-extensions", "ext",
-            "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2")
-
-
-def make_leaf(directory: Path, name: str, ca: str, usage: str, san: str, serial: int) -> None:
-    (directory / f"{name}.cnf").write_text(
-        f"[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = {name}\n"
-        "[ext]\nbasicConstraints = CA:FALSE\nkeyUsage = critical,digitalSignature\n"
-        f"extendedKeyUsage = {usage}\nsubjectAltName = {san}\n")
-    openssl(directory, "req", "-new", "-config", f"{name}.cnf", "-newkey", "ec", "-pkeyopt",
-            "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{name}.key",
-            "-out", f"{name}.csr")
-    openssl(directory, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey",
-            f"{ca}.key", "-set_serial", str(serial), "-days", "2",
-            "-extfile", f"{name}.cnf", "-extensions", "ext", "-out", f"{name}.crt")
-
-
 @pytest.fixture(scope="module")
 def cluster_secrets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     """The Secrets the values name, as the cluster would hold them: the server's certificate
     as cert-manager writes a CA issuer's (tls.crt, tls.key, ca.crt) for the Service's DNS name
     only, Prometheus' client certificates, its basic-auth credentials, an operator's file."""
     d = tmp_path_factory.mktemp("pki")
-    make_ca(d, "server-ca")
-    make_ca(d, "client-ca")
-    make_leaf(d, "server", "server-ca", "serverAuth", f"DNS:{SERVICE_DNS}", 1)
-    make_leaf(d, "client", "client-ca", "clientAuth", "DNS:prometheus", 2)
-    make_leaf(d, "client-server-ca", "server-ca", "clientAuth", "DNS:prometheus", 3)
+    make_ca(d, "server-ca", ".crt")
+    make_ca(d, "client-ca", ".crt")
+    make_leaf(d, "server", "server-ca", "serverAuth", 1, f"DNS:{SERVICE_DNS}", ".crt")
+    make_leaf(d, "client", "client-ca", "clientAuth", 2, "DNS:prometheus", ".crt")
+    make_leaf(d, "client-server-ca", "server-ca", "clientAuth", 3, "DNS:prometheus", ".crt")
 
     def tls(name: str, ca: str) -> dict[str, str]:
         return {"tls.crt": (d / f"{name}.crt").read_text(),
@@ -432,17 +405,6 @@ def cluster_secrets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[
         BASIC_AUTH: {"username": "prometheus", "password": PROMETHEUS_PASSWORD},
         OWN_FILE: {"web-config.yml": OWN_WEB_CONFIG},
     }
-
-
-def secret_volume(directory: Path, files: dict[str, str]) -> None:
-    """A Secret or ConfigMap volume as the kubelet lays it out: the files in a timestamped
-    directory, ..data a symlink to it, each name a symlink through ..data."""
-    stamped = directory / "..2025_01_01_00_00_00.000000000"
-    stamped.mkdir(parents=True)
-    for key, content in files.items():
-        (stamped / key).write_text(content)
-        (directory / key).symlink_to(f"..data/{key}")
-    (directory / "..data").symlink_to(stamped.name)
 
 
 @dataclass
@@ -484,7 +446,7 @@ def run_pod(r: Rendered, secrets: dict[str, dict[str, str]], root: Path) -> tupl
                      for k, v in {**secrets, **generated}[name].items()}
         else:
             continue  # hostPath (the simulated node has its own kubelet), emptyDir
-        secret_volume(Path(f"{root}{mounts[volume['name']]}"), files)
+        SecretVolume(Path(f"{root}{mounts[volume['name']]}")).publish(files)
     port = free_port()
     args = [f"--address=127.0.0.1:{port}" if a.startswith("--address=") else relocate(a)
             for a in r.container["args"]]

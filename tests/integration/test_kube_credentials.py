@@ -4,27 +4,19 @@ with os._exit (app.end_process). The exporter removes them itself on its way out
 
 import base64
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import require_tool
 from tests.integration.fault_helpers import Process, nvml_env
 from tests.integration.test_process import Exporter
 from tests.integration.test_process import exporters as exporters  # the fixture
-
-
-def _pem_pair(d: Path) -> tuple[bytes, bytes]:
-    subprocess.run([require_tool("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", "k.pem", "-out", "c.pem",
-                    "-subj", "/CN=gpu-enricher-test", "-days", "1"], cwd=d, check=True,
-                   capture_output=True)
-    return (d / "c.pem").read_bytes(), (d / "k.pem").read_bytes()
+from tests.pki import make_ca
 
 
 def test_inline_kubeconfig_credentials_leave_no_file_behind(
         exporters: list[Exporter], fake_nvml_path: Path, tmp_path: Path) -> None:
-    cert, key = _pem_pair(tmp_path)
+    make_ca(tmp_path, "kube")
+    cert, key = (tmp_path / "kube.pem").read_bytes(), (tmp_path / "kube.key").read_bytes()
     b64 = {name: base64.b64encode(data).decode() for name, data in
            (("ca", cert), ("cert", cert), ("key", key))}
     kubeconfig = tmp_path / "kubeconfig"

@@ -5,11 +5,7 @@ socket, the real client."""
 import asyncio
 import dataclasses
 import logging
-import shutil
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import example, given
@@ -21,7 +17,9 @@ from gpu_enricher.kubelet.fake_server import FakeKubelet
 from gpu_enricher.kubelet.source import _MAY_NAME_GPU, KubeletOptions, KubeletSource
 from gpu_enricher.model import ClaimAllocation, PodAssignment
 from gpu_enricher.simulated import SimulatedBackend
-from tests.integration.test_kubelet import SIM, SIM_UUIDS, make_collector, text_of
+from tests.integration.test_kubelet import SIM, SIM_UUIDS, Clock, make_collector, text_of
+from tests.integration.test_kubelet import kubelet as kubelet  # the fixture
+from tests.integration.test_kubelet import socket_dir as socket_dir  # the fixture
 
 GPU = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
 HOLDER = PodAssignment("ml", "train", "main", "nvidia.com/gpu", (GPU,))
@@ -37,30 +35,6 @@ def crowd(pods: int, devices: int = 10, pad: int = 80) -> list[PodAssignment]:
                           tuple(f"rdma-{n:05d}-{container}-{d:02d}-{filler}"
                                 for d in range(devices)))
             for n in range(pods) for container in ("main", "sidecar")]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def socket_dir() -> Iterator[Path]:
-    # pytest's tmp_path can exceed the 107-byte limit of a unix socket path.
-    path = Path(tempfile.mkdtemp(prefix="kubelet-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-async def kubelet(socket_dir: Path) -> AsyncIterator[FakeKubelet]:
-    fake = FakeKubelet(socket_dir / "kubelet.sock")
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 class Lateness:

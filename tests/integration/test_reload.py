@@ -23,12 +23,12 @@ from tests.integration.test_process import exporters as exporters  # the fixture
 from tests.integration.test_web_security import (
     PASSWORD,
     Pki,
-    _leaf,
     basic,
     client_context,
     https_get,
 )
 from tests.integration.test_web_security import pki as pki  # the fixture
+from tests.pki import SecretVolume, make_leaf
 
 OLD = ("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
        "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n")
@@ -191,33 +191,10 @@ def test_sighup_with_nothing_changed_is_a_reload_not_an_exit(
 # --- the web config: certificates, keys, client CAs and users -----------------------------------
 
 
-class SecretVolume:
-    """A directory laid out as the kubelet mounts a Secret: `tls.crt` → `..data/tls.crt`,
-    `..data` → a timestamped directory, swapped by one rename."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        root.mkdir()
-        self.generation = 0
-
-    def publish(self, files: dict[str, bytes]) -> None:
-        self.generation += 1
-        version = self.root / f"..{self.generation}"
-        version.mkdir()
-        for name, content in files.items():
-            (version / name).write_bytes(content)
-            link = self.root / name
-            if not link.is_symlink():
-                link.symlink_to(Path("..data") / name)
-        staged = self.root / "..data_tmp"
-        staged.symlink_to(version.name)
-        os.replace(staged, self.root / "..data")
-
-
 @pytest.fixture(scope="module")
 def second_server(pki: Pki) -> tuple[bytes, bytes]:
     """Another certificate for the same names, from the same CA (a renewal)."""
-    _leaf(pki.dir, "renewed", "ca", "serverAuth", 40)
+    make_leaf(pki.dir, "renewed", "ca", "serverAuth", 40)
     return (pki.dir / "renewed.pem").read_bytes(), (pki.dir / "renewed.key").read_bytes()
 
 

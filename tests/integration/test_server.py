@@ -237,21 +237,25 @@ async def ready_server(http: aiohttp.ClientSession,
     return server
 
 
-async def raw_request(server: TestServer, data: bytes) -> bytes:
-    """The server's whole answer to `data` sent on a fresh connection: a socket, not a client,
-    so the request can be malformed."""
-    reader, writer = await asyncio.open_connection(server.host, server.port)
+async def raw_answer(host: str, port: int, data: bytes) -> bytes:
+    """The whole answer to `data` sent on a fresh connection: a socket, not a client, so the
+    request can be malformed (or not HTTP at all)."""
+    reader, writer = await asyncio.open_connection(host, port)
     answer = b""
     try:
         writer.write(data)
         await writer.drain()
         while chunk := await asyncio.wait_for(reader.read(65536), 5):
             answer += chunk
-    except ConnectionResetError:  # closed on the rest of a request it refused
+    except ConnectionError:  # closed on the rest of a request it refused
         pass
     finally:
         writer.close()
     return answer
+
+
+async def raw_request(server: TestServer, data: bytes) -> bytes:
+    return await raw_answer(server.host, server.port, data)
 
 
 def statuses(answer: bytes) -> list[int]:

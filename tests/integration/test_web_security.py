@@ -33,9 +33,10 @@ from gpu_enricher.scenario import builtin_scenario
 from gpu_enricher.server import bind_sockets, install_web_security
 from gpu_enricher.simulated import SimulatedBackend
 from gpu_enricher.websecurity import WebSecurity, load_web_security
-from tests.conftest import require_tool
 from tests.exposition import value
 from tests.integration.test_process import free_port
+from tests.integration.test_server import raw_answer
+from tests.pki import make_ca, make_leaf, openssl
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,45 +54,16 @@ class Pki:
     other_key: Path  # a key that matches none of the certificates
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run([require_tool("openssl"), *args], cwd=cwd, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _ca(d: Path, name: str) -> None:
-    (d / f"{name}.cnf").write_text(
-        f"[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = {name}\n"
-        "[v3_ca]\nbasicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign\n"
-        "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid:always\n")
-    _openssl("req", "-x509", "-config", f"{name}.cnf", "-extensions", "v3_ca", "-newkey", "ec",
-             "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{name}.key",
-             "-out", f"{name}.pem", "-days", "2", cwd=d)
-
-
-def _leaf(d: Path, name: str, ca: str, usage: str, serial: int) -> None:
-    (d / f"{name}.cnf").write_text(
-        f"[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = {name}\n"
-        f"[ext]\nbasicConstraints = CA:FALSE\nkeyUsage = critical,digitalSignature\n"
-        f"extendedKeyUsage = {usage}\nsubjectAltName = DNS:localhost,IP:127.0.0.1\n"
-        "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n")
-    _openssl("req", "-new", "-config", f"{name}.cnf", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{name}.key", "-out",
-             f"{name}.csr", cwd=d)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-             "-set_serial", str(serial), "-days", "2", "-extfile", f"{name}.cnf", "-extensions",
-             "ext", "-out", f"{name}.pem", cwd=d)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     d = tmp_path_factory.mktemp("pki")
-    _ca(d, "ca")
-    _ca(d, "rogue-ca")
-    _leaf(d, "server", "ca", "serverAuth", 1)
-    _leaf(d, "client", "ca", "clientAuth", 2)
-    _leaf(d, "rogue", "rogue-ca", "clientAuth", 3)
-    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out",
-             "other.key", cwd=d)
+    make_ca(d, "ca")
+    make_ca(d, "rogue-ca")
+    make_leaf(d, "server", "ca", "serverAuth", 1)
+    make_leaf(d, "client", "ca", "clientAuth", 2)
+    make_leaf(d, "rogue", "rogue-ca", "clientAuth", 3)
+    openssl(d, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out",
+            "other.key")
     return Pki(d, d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem",
                d / "client.key", d / "rogue.pem", d / "rogue.key", d / "other.key")
 
@@ -341,28 +313,14 @@ async def test_basic_auth_over_plain_http(start: Start,
     assert (await fetch(running.url(), headers=basic("alice", PASSWORD)))[0] == 200
 
 
-async def raw_answer(port: int, data: bytes) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    answer = b""
-    try:
-        writer.write(data)
-        await writer.drain()
-        while chunk := await asyncio.wait_for(reader.read(65536), 5):
-            answer += chunk
-    except ConnectionError:
-        pass
-    finally:
-        writer.close()
-    return answer
-
-
 async def test_plain_http_to_the_tls_port_gets_no_metrics_and_no_log_noise(
         start: Start, pki: Pki,
         caplog: pytest.LogCaptureFixture) -> None:
     running = await start(tls_config(pki))
     caplog.set_level(logging.INFO)
     for _ in range(20):
-        answer = await raw_answer(running.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await raw_answer("127.0.0.1", running.port,
+                                  b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert b"HTTP/1.1 200" not in answer and b"gpu_enricher" not in answer, answer[:200]
     await asyncio.sleep(0.1)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
