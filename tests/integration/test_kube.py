@@ -159,7 +159,9 @@ async def test_server_errors_retry_the_watch_not_the_list(api: FakeKubeApi,
     api.fail_next(503, watch=True)
     api.bookmark()  # an event: the watch is not "very short" however soon it ends
     api.end_watches()
-    await eventually(lambda: len(watches(api)) == 5 and api.open_watches == 1)
+    # up once the fifth watch's answer reaches the client, a moment after the fake opened it
+    await eventually(lambda: len(watches(api)) == 5 and api.open_watches == 1
+                     and source.health().up)
     assert len(lists(api)) == 1 and source.health().up
     assert source.health().errors == {"unavailable": 3}
     assert {r.query["resourceVersion"] for r in watches(api)} == {source.resource_version}
