@@ -12,9 +12,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpu_enricher.devices import parse_device_id
-from gpu_enricher.kubelet.client import TOO_LARGE, KubeletError, PodResourcesClient
+from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.fake_server import FakeKubelet
 from gpu_enricher.kubelet.source import _MAY_NAME_GPU, KubeletOptions, KubeletSource
+from gpu_enricher.kubelet.wire import TOO_LARGE, KubeletError
 from gpu_enricher.model import ClaimAllocation, PodAssignment
 from gpu_enricher.simulated import SimulatedBackend
 from tests.integration.test_kubelet import SIM, SIM_UUIDS, Clock, make_collector, text_of

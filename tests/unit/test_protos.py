@@ -192,7 +192,7 @@ def test_share_id_is_explicitly_optional() -> None:
 
 
 def test_parse_claims_keeps_share_id_presence() -> None:
-    from gpu_enricher.kubelet.client import parse_claims
+    from gpu_enricher.kubelet.answers import parse_claims
     from gpu_enricher.model import ClaimAllocation
 
     def resource(device: str, **shared: str) -> v1_pb2.ClaimResource:

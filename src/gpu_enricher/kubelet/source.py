@@ -33,7 +33,9 @@ from ..model import (
     SourceHealth,
 )
 from ..selfmetrics import kubelet_families
-from .client import SOCKET_MISSING, Keep, KubeletError, PodResourcesClient
+from .answers import Keep
+from .client import PodResourcesClient
+from .wire import SOCKET_MISSING, KubeletError
 
 log = logging.getLogger(__name__)
 
