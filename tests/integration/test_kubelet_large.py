@@ -12,9 +12,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpu_enricher.devices import parse_device_id
+from gpu_enricher.kubelet._generated.podresources.v1 import api_pb2 as v1_pb2
+from gpu_enricher.kubelet._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.fake_server import FakeKubelet
-from gpu_enricher.kubelet.source import _MAY_NAME_GPU, KubeletOptions, KubeletSource
+from gpu_enricher.kubelet.source import (
+    _MAY_NAME_GPU,
+    KubeletOptions,
+    KubeletSource,
+    may_name_a_gpu,
+    names_a_gpu,
+)
 from gpu_enricher.kubelet.wire import TOO_LARGE, KubeletError
 from gpu_enricher.model import ClaimAllocation, PodAssignment
 from gpu_enricher.simulated import SimulatedBackend
@@ -196,6 +204,30 @@ GPU_FORMS = [SIM_UUIDS[0], f"{SIM_UUIDS[1]}::2", SIM_UUIDS[2].removeprefix("GPU-
 def test_the_quick_test_never_rules_out_a_device_id_form(device_id: str) -> None:
     if parse_device_id(device_id) is not None:
         assert _MAY_NAME_GPU.match(device_id), device_id
+
+
+@given(st.lists(st.tuples(
+    st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "example.com/shared-gpu",
+                     "example.com/rdma", "nvidia.com/other"]),
+    st.lists(st.text(max_size=300) | st.sampled_from(GPU_FORMS) | st.builds(
+        lambda ws, form: ws + form, st.text(alphabet=" \t\n\x1c\x1f\u00a0\u2028\u3000",
+                                             min_size=1, max_size=3),
+        st.sampled_from(GPU_FORMS)), max_size=4)), max_size=4),
+       st.sampled_from(["v1", "v1alpha1"]))
+@example([("example.com/rdma", [" " * 200 + SIM_UUIDS[0]])], "v1")  # a two-byte length
+@example([("example.com/rdma", ["\u2003" + SIM_UUIDS[0]])], "v1alpha1")
+def test_the_cheap_test_of_a_pod_never_rules_out_what_names_a_gpu(
+        devices: list[tuple[str, list[str]]], api: str) -> None:
+    """`may_name_a_gpu` looks at a pod's bytes; wherever `names_a_gpu` keeps one of its
+    devices, it must say maybe."""
+    extra = frozenset({"example.com/shared-gpu"})
+    keep, may_keep = names_a_gpu(extra), may_name_a_gpu(extra)
+    proto = v1_pb2 if api == "v1" else v1alpha1_pb2
+    pod = proto.PodResources(name="p", namespace="ns", containers=[proto.ContainerResources(
+        name="c", devices=[proto.ContainerDevices(resource_name=resource, device_ids=ids)
+                           for resource, ids in devices])])
+    if any(keep(resource, ids) for resource, ids in devices):
+        assert may_keep(pod.SerializeToString()), devices
 
 
 async def test_only_assignments_that_can_name_a_gpu_are_kept(kubelet: FakeKubelet) -> None:

@@ -25,7 +25,7 @@ from typing import Final
 from ..model import AllocatableDevices
 from ..worker import BlockingWorker
 from ._generated.podresources.v1 import api_pb2 as v1_pb2
-from .answers import DecodeError, Keep, ListResult, decode_list, parse_allocatable
+from .answers import DecodeError, Keep, ListResult, MayKeep, decode_list, parse_allocatable
 from .wire import SOCKET_ERROR, SOCKET_MISSING, KubeletError, UnaryChannel
 
 log = logging.getLogger(__name__)
@@ -79,10 +79,10 @@ class PodResourcesClient:
                 self._v1_unimplemented = True
         return self._unary(LIST_METHODS["v1alpha1"]), "v1alpha1"
 
-    def _list_now(self, keep: Keep | None) -> ListResult:
+    def _list_now(self, keep: Keep | None, may_keep: MayKeep | None) -> ListResult:
         wire, api = self._fetch()
         try:
-            return decode_list(wire, api, keep)
+            return decode_list(wire, api, keep, may_keep)
         except DecodeError as exc:
             raise KubeletError("INTERNAL",
                                f"INTERNAL: the List answer does not parse: {exc}") from None
@@ -105,13 +105,15 @@ class PodResourcesClient:
 
     # --- on the event loop -----------------------------------------------------------------
 
-    async def list(self, keep: Keep | None = None) -> ListResult:
-        """The kubelet's `List` with the assignments `keep` accepts (all without it). A call
+    async def list(self, keep: Keep | None = None, may_keep: MayKeep | None = None,
+                   ) -> ListResult:
+        """The kubelet's `List` with the assignments `keep` accepts (all without it; `may_keep`
+        rules out pods cheaply, see `decode_list`). A call
         cancelled (a collection pass that gives up waiting) leaves the `List` and its parse
         running: the next call returns their outcome instead of asking the kubelet again."""
         listing = self._listing
         if listing is None or listing.cancelled():  # cancelled: before the thread took it
-            listing = self._listing = self._worker.submit(partial(self._list_now, keep))
+            listing = self._listing = self._worker.submit(partial(self._list_now, keep, may_keep))
         try:
             result = await asyncio.wrap_future(listing)
         finally:
@@ -130,5 +132,5 @@ class PodResourcesClient:
         """End a call in progress at once (as UNAVAILABLE) and let the thread end."""
         self._channel.close()
         self._worker.stop()
-        self._worker = BlockingWorker("kubelet")  # started again only if used again
+        self._worker = BlockingWorker("kubelet")
         self._listing = None

@@ -16,14 +16,14 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client.metrics_core import Metric
 
 from .. import names
-from ..devices import is_gpu_resource, parse_device_id
+from ..devices import NVIDIA_GPU, NVIDIA_MIG_PREFIX, is_gpu_resource, parse_device_id
 from ..model import (
     AllocatableDevices,
     AssignmentSnapshot,
@@ -33,7 +33,7 @@ from ..model import (
     SourceHealth,
 )
 from ..selfmetrics import kubelet_families
-from .answers import Keep
+from .answers import Keep, MayKeep
 from .client import PodResourcesClient
 from .wire import SOCKET_MISSING, KubeletError
 
@@ -52,12 +52,34 @@ def names_a_gpu(extra_resources: frozenset[str]) -> Keep:
     (`nvidia.com/gpu`, `nvidia.com/mig-*`, `--nvidia-resource-names`, all kept, so an ID that
     matches nothing is still reported), or any resource with an ID in a GPU form (processes on
     a GPU some other resource hands out count as allocated). The rest can name no GPU."""
-    def keep(resource: str, device_ids: tuple[str, ...]) -> bool:
+    def keep(resource: str, device_ids: Sequence[str]) -> bool:
         return is_gpu_resource(resource, extra_resources) or any(
             _MAY_NAME_GPU.match(d) is not None and parse_device_id(d) is not None
             for d in device_ids)
 
     return keep
+
+
+# On the wire a device ID (`ContainerDevices` field 2, v1 and v1alpha1) is the byte 0x12, its
+# length (a varint) and its UTF-8: one that `_MAY_NAME_GPU` lets through shows as that tag, a
+# length, whitespace and a GPU prefix. Whitespace is taken broadly (every byte of a multi-byte
+# UTF-8 character, the information separators `str.strip` removes): a false match costs only
+# the exact test, a missed one would lose an assignment.
+_MAY_NAME_GPU_ON_WIRE = re.compile(
+    rb"\x12[\x80-\xff]{0,9}[\x00-\x7f][\s\x1c-\x1f\x80-\xff]*(?:GPU-|MIG-|nvidia|[0-9a-fA-F]{8}-)")
+
+
+def may_name_a_gpu(extra_resources: frozenset[str]) -> MayKeep:
+    """The cheap test before `names_a_gpu`, on one pod's encoded `PodResources`: False only
+    when none of its containers holds a GPU resource or a device ID in a GPU form."""
+    resources = tuple(r.encode() for r in (NVIDIA_GPU, NVIDIA_MIG_PREFIX,
+                                           *sorted(extra_resources)))
+
+    def may_keep(encoded: bytes) -> bool:
+        return any(r in encoded for r in resources) or \
+            _MAY_NAME_GPU_ON_WIRE.search(encoded) is not None
+
+    return may_keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +102,7 @@ class KubeletSource:
         self.options = options
         self._clock = clock
         self._keep = names_a_gpu(options.extra_resources)
+        self._may_keep = may_name_a_gpu(options.extra_resources)
         self._assignments: tuple[PodAssignment, ...] = ()
         self._claims: tuple[ClaimAllocation, ...] = ()
         self._fetched_at: float | None = None
@@ -108,7 +131,7 @@ class KubeletSource:
             return
         started = time.perf_counter()
         try:
-            result = await self.client.list(self._keep)
+            result = await self.client.list(self._keep, self._may_keep)
         except KubeletError as exc:
             self._failed(exc, now)
             return

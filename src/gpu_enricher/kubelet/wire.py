@@ -87,7 +87,7 @@ class _Answer:
         self.ended = False
         self._prefix = bytearray()
         self.message: bytearray | None = None
-        self._filled = 0
+        self._size = 0
 
     def take(self, data: bytes) -> None:
         view = memoryview(data)
@@ -107,13 +107,14 @@ class _Answer:
                                    f"than the {self.max_bytes / (1 << 20):g} MiB limit; the "
                                    "kubelet lists more pods and devices than this exporter "
                                    "accepts")
-            # Filled in place: no growing buffer to copy, no second copy of a 50 MB answer.
-            self.message = bytearray(size)
-        end = self._filled + len(view)
-        if end > len(self.message):
+            self._size = size
+            # Grown as frames arrive, not allocated whole: bytearray(size) zeroes every page at
+            # once with the GIL held (25 ms for 50 MB), and glibc grows a large block by
+            # remapping its pages, not copying them.
+            self.message = bytearray()
+        if len(self.message) + len(view) > self._size:
             raise KubeletError("INTERNAL", "INTERNAL: more than one message in a unary answer")
-        self.message[self._filled:end] = view
-        self._filled = end
+        self.message += view
 
     def result(self) -> bytearray:
         """The message, or the error the answer stands for."""
@@ -133,7 +134,7 @@ class _Answer:
             raise KubeletError(code, f"{code}: {details}")
         if self.message is None:
             raise KubeletError("INTERNAL", "INTERNAL: the answer has no message")
-        if self._filled < len(self.message):
+        if len(self.message) < self._size:
             raise KubeletError("INTERNAL", "INTERNAL: the answer ended inside its message")
         return self.message
 
