@@ -16,7 +16,7 @@ from .assembly import make_assignments, make_backend, make_collector, simulated_
 from .backend import GpuBackend
 from .collector import Collector
 from .config import Config
-from .connguard import ConnectionGuard, ConnectionLimits, GuardedSite
+from .connguard import ConnectionGuard, ConnectionLimits, GuardedSite, make_room_for
 from .counters import CounterLine
 from .reload import ConfigReloader
 from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
@@ -135,6 +135,7 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
     # Slow or silent clients and the connection count (issue 13, defect 10: slowloris).
     guard = ConnectionGuard(ConnectionLimits(config.web_read_header_timeout_ms / 1000,
                                              config.web_max_connections))
+    make_room_for(config.web_max_connections)
     try:
         await runner.setup()
         for sock in sockets:

@@ -26,7 +26,9 @@ a chunked body reads as lines ending in a blank one, so it gets the header timeo
 """
 
 import asyncio
+import contextlib
 import logging
+import resource
 import socket
 import ssl
 from collections.abc import Callable
@@ -44,6 +46,30 @@ _LINE_KEEP: Final = 64
 """Bytes of a head line kept while it arrives: enough to read a Content-Length."""
 _REFUSAL_WARNING_SECONDS: Final = 60.0
 """At most one WARNING a minute about refused connections; the rest at DEBUG."""
+
+
+FILES_BESIDE_CONNECTIONS: Final = 256
+"""Descriptors the rest of the process may hold besides client connections: the listening
+sockets, NVML's device files, the kubelet's and the API server's connections, /proc reads."""
+
+
+def make_room_for(max_connections: int) -> None:
+    """Raise the soft open-file limit so that `max_connections` can be reached, as Go programs
+    (node_exporter among them) do at start: a soft limit of 1024, common outside Kubernetes,
+    would make the 1,000th connection fail with EMFILE, and asyncio then stops accepting for a
+    second, before the connection limit could refuse it cleanly. Warns once when the hard
+    limit is too low to make room."""
+    wanted = max_connections + FILES_BESIDE_CONNECTIONS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning("the open-file limit is %d (hard %d): --web-max-connections %d needs %d; "
+                    "past about %d connections new ones fail", soft, hard, max_connections,
+                    wanted, max(soft - FILES_BESIDE_CONNECTIONS, 0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,8 +154,8 @@ OPTIONS: Final = (
            f"(default {DEFAULT_IDLE_TIMEOUT_MS}: a 60 s scrape interval keeps its connection)",
            "MS"),
     Option("web-max-connections", None, parse_max_connections,
-           "refuse (close at once) a connection while N are open "
-           f"(default {DEFAULT_MAX_CONNECTIONS})", "N"),
+           "refuse (close at once) a connection while N are open; the soft open-file limit "
+           f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),
 )
 IMPLEMENTED_LONG: Final = frozenset(o.long for o in OPTIONS) | {"simulate"}
 

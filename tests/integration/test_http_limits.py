@@ -9,12 +9,15 @@ import re
 import resource
 import ssl
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 
 from tests.exposition import value
+from tests.integration.fault_helpers import Process
 from tests.integration.test_process import Exporter
 from tests.integration.test_process import exporters as exporters  # the fixture
 from tests.integration.test_web_security import Pki, client_context, tls_config, write_web_config
@@ -419,3 +422,44 @@ async def test_a_thousand_idle_keep_alive_connections_do_not_slow_scrapes(
     # 5 ms floor keeps a sub-millisecond baseline on a busy machine from failing on noise.
     assert with_idle < max(10 * base, 0.005), (base, with_idle)
     assert_quiet(exp)
+
+
+# --- the open-file limit ----------------------------------------------------------------------
+
+def with_file_limit(soft: int, hard: int) -> list[str]:
+    """The exporter's command line, started under this RLIMIT_NOFILE."""
+    return [sys.executable, "-c",
+            "import resource, sys; "
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
+            "from gpu_enricher.cli import main; sys.exit(main())"]
+
+
+def open_file_limit(exp: Exporter) -> int:
+    limits = Path(f"/proc/{exp.proc.pid}/limits").read_text()
+    found = re.search(r"^Max open files\s+(\d+)\s+(\d+)", limits, re.M)
+    assert found is not None, limits
+    return int(found[1])
+
+
+async def test_the_soft_open_file_limit_is_raised_to_fit_the_connection_limit(
+        exporters: list[Exporter]) -> None:
+    # A soft limit of 300 would fail the ~290th connection with EMFILE, below the 1,024
+    # --web-max-connections promises; raised to that plus 256 for everything else, not to
+    # the hard limit.
+    roomy = Process(["--simulate", "-c", "100"], {}, command=with_file_limit(300, 8192))
+    exporters.append(roomy)
+    await asyncio.to_thread(roomy.wait_ready)
+    assert open_file_limit(roomy) == 1024 + 256
+    assert_quiet(roomy)
+    # A hard limit too low to make room: said once, at start, with what it means.
+    cramped = Process(["--simulate", "-c", "100", "--web-max-connections", "600"], {},
+                      command=with_file_limit(300, 500))
+    exporters.append(cramped)
+    await asyncio.to_thread(cramped.wait_ready)
+    assert open_file_limit(cramped) == 500
+    code, err = cramped.stop()
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1, err
+    assert "the open-file limit is 500 (hard 500): --web-max-connections 600 needs 856; past " \
+        "about 244 connections new ones fail" in warnings[0]
