@@ -27,6 +27,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -66,6 +67,8 @@ class Result:
     max_ms: float
     cpu_pct: float
     error_text: str
+    crowd: str = ""
+    """bench/crowd.py's closing line, for `exporter+crowd`."""
 
 
 def _ms(text: str) -> float:
@@ -126,9 +129,11 @@ def make_server(kind: str, tls: bool, args: argparse.Namespace, bodies: Path,
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_NVML_", "GPU_ENR"))}
     env["PYTHONUNBUFFERED"] = "1"
-    if kind == "exporter":
+    if kind.startswith("exporter"):
         argv = [PYTHON, "-m", "gpu_enricher", "--simulate", str(args.scenario), "-a",
                 f"127.0.0.1:{port}", "-c", str(args.interval_ms)]
+        if args.crowd:  # room for the crowd and the scrapers (default 1024), in both runs
+            argv += ["--web-max-connections", str(args.max_connections)]
         if tls:
             assert tls_files is not None
             argv += ["--web-config-file", str(tls_files[2])]
@@ -140,6 +145,32 @@ def make_server(kind: str, tls: bool, args: argparse.Namespace, bodies: Path,
             assert tls_files is not None
             argv += ["--tls-cert", str(tls_files[0]), "--tls-key", str(tls_files[1])]
     return Server(kind, argv, env, port, args.server_cpus)
+
+
+def start_crowd(port: int, tls: bool, args: argparse.Namespace) -> subprocess.Popen[str]:
+    """bench/crowd.py on the wrk CPUs, its connections open."""
+    idle, slow = args.crowd
+    cpus = args.wrk_cpus
+
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    argv = [PYTHON, str(BENCH / "crowd.py"), "--port", str(port), "--idle", str(idle),
+            "--slow", str(slow), *(["--tls"] if tls else [])]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError("bench/crowd.py did not get its connections open")
+    return proc
+
+
+def stop_crowd(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM; its closing JSON line."""
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    return out.strip().splitlines()[-1] if out.strip() else "(no report)"
 
 
 def wait_ready(server: Server, tls: bool, timeout: float = 60.0) -> None:
@@ -174,7 +205,7 @@ def report(results: list[Result], args: argparse.Namespace, sizes: dict[str, int
     for r in results:
         by.setdefault((r.server, r.variant), []).append(r)
     for variant in args.variants:
-        for server in ("exporter", "bare"):
+        for server in ("exporter", "exporter+crowd", "bare"):
             rs = by.get((server, variant), [])
             if not rs:
                 continue
@@ -198,6 +229,27 @@ def report(results: list[Result], args: argparse.Namespace, sizes: dict[str, int
                       if getattr(ba[i], attr)]
             cells.append(f"{median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f})")
         out.append(f"| {variant} | {' | '.join(cells)} |")
+    if args.crowd:
+        idle, slow = args.crowd
+        out += ["", f"exporter with {idle:,} idle keep-alive connections and {slow} slowloris "
+                f"connections (bench/crowd.py, on the wrk CPUs) / exporter alone, median of "
+                "the per-round ratios (min..max):", "",
+                "| variant | throughput | p50 | p90 | p99 | max |",
+                "|---|---:|---:|---:|---:|---:|"]
+        for variant in args.variants:
+            crowded = {r.round: r for r in by.get(("exporter+crowd", variant), [])}
+            alone = {r.round: r for r in by.get(("exporter", variant), [])}
+            rounds = sorted(set(crowded) & set(alone))
+            cells = []
+            for attr in ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms"):
+                ratios = [getattr(crowded[i], attr) / getattr(alone[i], attr) for i in rounds
+                          if getattr(alone[i], attr)]
+                cells.append(f"{median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f})"
+                             if ratios else "-")
+            out.append(f"| {variant} | {' | '.join(cells)} |")
+        out += ["", "The crowd at the end of each run: "
+                + "; ".join(f"round {r.round} {r.variant}: {r.crowd}"
+                            for r in results if r.crowd)]
     errors = sum(r.errors for r in results)
     out += ["", f"Errors over all runs: {errors} (must be 0): {'met' if not errors else 'NOT MET'}"]
     return "\n".join(out)
@@ -221,7 +273,15 @@ def main() -> int:
     parser.add_argument("--server-cpus", default="1")
     parser.add_argument("--wrk-cpus", default="0")
     parser.add_argument("--json", type=Path, help="also write every wrk result here")
+    parser.add_argument("--crowd", metavar="IDLE,SLOW",
+                        help="also run the exporter with IDLE idle keep-alive connections and "
+                        "SLOW slowloris ones open (bench/crowd.py), e.g. 1000,10")
     args = parser.parse_args()
+    args.crowd = tuple(int(n) for n in args.crowd.split(",")) if args.crowd else None
+    if args.crowd and len(args.crowd) != 2:
+        parser.error("--crowd IDLE,SLOW")
+    args.max_connections = max(1024, 2 * (sum(args.crowd) + args.connections)) \
+        if args.crowd else None
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not args.variants or not set(args.variants) <= set(VARIANTS):
         parser.error(f"--variants: from {', '.join(VARIANTS)}")
@@ -253,11 +313,15 @@ def main() -> int:
     for rnd in range(1, args.rounds + 1):
         for tls in sorted({v.startswith("tls") for v in args.variants}):
             variants = [v for v in args.variants if v.startswith("tls") == tls]
-            for kind in ("exporter", "bare"):
+            kinds = ("exporter", "exporter+crowd", "bare") if args.crowd else ("exporter", "bare")
+            for kind in kinds:
                 server = make_server(kind, tls, args, work, tls_files)
                 server.start()
+                crowd = None
                 try:
                     wait_ready(server, tls)
+                    if kind == "exporter+crowd":
+                        crowd = start_crowd(server.port, tls, args)
                     url = f"{'https' if tls else 'http'}://127.0.0.1:{server.port}/metrics"
                     for v in variants:
                         if args.warmup:
@@ -271,11 +335,16 @@ def main() -> int:
                         r = Result(kind, v, rnd, int(w["requests"]), int(w["errors"]),
                                    float(w["rps"]), float(w["p50"]), float(w["p90"]),
                                    float(w["p99"]), float(w["max"]), cpu, str(w["text"]))
+                        if crowd is not None and v == variants[-1]:
+                            r.crowd = stop_crowd(crowd)
+                            crowd = None
                         results.append(r)
                         print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {kind:8} "
                               f"{v:9} {r.rps:8,.0f} req/s p99 {r.p99_ms:7.2f} ms max "
                               f"{r.max_ms:7.1f} ms errors {r.errors}", file=sys.stderr)
                 finally:
+                    if crowd is not None:
+                        stop_crowd(crowd)
                     server.stop()
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
