@@ -292,7 +292,8 @@ class Collector:
             # is abandoned with its daemon thread (issue 13, defect 1).
             if self._worker.running_since is None:
                 try:
-                    await asyncio.wait_for(self._call(self.backend.close), CLOSE_SECONDS)
+                    async with asyncio.timeout(CLOSE_SECONDS):  # not wait_for: see SourceSet
+                        await self._call(self.backend.close)
                 except TimeoutError:
                     log.warning("closing the %s backend did not finish within %g s; leaving it",
                                 self.backend.name, CLOSE_SECONDS)

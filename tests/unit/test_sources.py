@@ -76,6 +76,22 @@ async def test_a_stuck_source_costs_its_deadline_and_is_counted(
     assert "answers within its deadline again" in caplog.records[-1].getMessage()
 
 
+async def test_a_refresh_ending_as_its_caller_is_cancelled_does_not_swallow_the_cancel(
+) -> None:
+    """The collector calls refresh in its own task; SIGTERM cancels that task. When the refresh
+    finishes in the very step the cancellation arrives, Python 3.11's wait_for returned the
+    result and the cancellation was lost: the collector ran on past shutdown."""
+    source = Stuck("proc")
+    sources = SourceSet([typed(source)], deadline_seconds=5.0)
+    caller = asyncio.create_task(sources.refresh(typed(source), None))
+    await asyncio.sleep(0.01)  # waiting inside the refresh
+    assert source.refreshes == 1 and not caller.done()
+    source.release.set()  # the refresh can finish...
+    caller.cancel()  # ...in the same step as the cancellation
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+
 async def test_a_broken_source_is_counted_and_every_source_is_closed() -> None:
     broken, fine = Stuck("kubelet", "raise"), Stuck("logs", "ok")
     sources = SourceSet([typed(broken), typed(fine)], deadline_seconds=1)

@@ -169,8 +169,10 @@ async def stream_watch(
     """
     try:
         # The client's timeout covers connecting only: bound the wait for the headers too.
-        response = await asyncio.wait_for(_send(lambda: call(after_version, timeout_seconds)),
-                                          stall_seconds)
+        # asyncio.timeout, not wait_for, which can lose a cancellation in Python 3.11 (a watch
+        # that went on past shutdown).
+        async with asyncio.timeout(stall_seconds):
+            response = await _send(lambda: call(after_version, timeout_seconds))
     except TimeoutError as exc:
         raise KubeError(TIMEOUT, f"watch not answered in {stall_seconds:.1f}s") from exc
     ended = False
@@ -178,7 +180,8 @@ async def stream_watch(
         on_open()
         while True:
             try:
-                line = await asyncio.wait_for(response.content.readline(), stall_seconds)
+                async with asyncio.timeout(stall_seconds):
+                    line = await response.content.readline()
             except TimeoutError as exc:
                 raise KubeError(STALLED, f"watch silent for {stall_seconds:.1f}s") from exc
             except ValueError as exc:  # a line beyond aiohttp's buffer limit

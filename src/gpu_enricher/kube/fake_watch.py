@@ -143,7 +143,8 @@ async def stream(request: web.Request, response: web.StreamResponse, watch: Watc
     while True:
         remaining = None if deadline is None else deadline - loop.time()
         try:
-            line = await asyncio.wait_for(watch.lines.get(), remaining)
+            async with asyncio.timeout(remaining):  # not wait_for: see SourceSet.refresh
+                line = await watch.lines.get()
         except TimeoutError:
             line = END
         if line == DROP:
