@@ -13,7 +13,6 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from tests.chart.test_chart import (
 )
 from tests.conftest import ROOT, require_tool
 from tests.integration.test_process import free_port
+from tests.integration.test_simulate_cleanup import spawned as spawned  # the fixture
 from tests.pki import SecretVolume, make_ca, make_leaf
 
 SERVICE_DNS = f"{RELEASE}-gpu-enricher.{NAMESPACE}.svc"  # the default serverName
@@ -528,26 +528,16 @@ def prometheus_scrape(pod: Pod, omit: str | None = None,
     return request(pod.port, found["path"], context, name, headers)
 
 
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()  # not SIGTERM: a stop while --simulate's watches start is not tested here
-            proc.communicate()
-
-
 @pytest.mark.parametrize("name", ["tls-basic-auth-probe-user", "mutual-tls",
                                   "basic-auth-without-tls", "own-file",
                                   "client-cert-if-given", "insecure-skip-verify"])
 def test_the_rendered_pod_serves_its_probes_and_prometheus(
         name: str, rendered: dict[str, Rendered], cluster_secrets: dict[str, dict[str, str]],
-        started: list[subprocess.Popen[str]], tmp_path: Path) -> None:
+        spawned: list[subprocess.Popen[str]], tmp_path: Path) -> None:
     r = rendered[name]
     expected = EXPECTED[name]
     proc, pod = run_pod(r, cluster_secrets, tmp_path)
-    started.append(proc)
+    spawned.append(proc)  # killed at the end if still running
     # The exporter's loader accepts the file as mounted, certificates included.
     web_config = Path(f"{tmp_path}{web_config_arg(r)}")
     assert web_config.is_symlink()

@@ -48,7 +48,6 @@ class PodResourcesClient:
                  max_receive_bytes: int = MAX_RECEIVE_BYTES) -> None:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
-        self.max_receive_bytes = max_receive_bytes
         self._channel = UnaryChannel(socket_path, max_receive_bytes)
         self._v1_unimplemented = False
         self._worker = BlockingWorker("kubelet")
