@@ -23,6 +23,10 @@ instance each. Sections (`--sections`, default all three):
           process of its own pinned like the exporter, `--large-lists` Lists. Then /metrics
           under wrk (plain, `--duration` s) with the exporter at `-c` `--large-interval` (1000:
           a List per second), `--large-rounds` interleaved rounds. Target: p99 within 10 %.
+          A third row is a control: the exporter on the 110-pod answer while a process beside
+          wrk (on its CPUs) pulls the large answer at the same rate, so the fake kubelet's
+          sending of it loads wrk's side as in the large row, and the exporter does none of
+          the work.
 See bench/README.md.
 """
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gzip
 import json
 import os
@@ -531,6 +536,28 @@ async def stall_probe(socket_path: Path, lists: int) -> None:
         await source.close()
 
 
+async def pull_large(socket_path: Path, interval_ms: int) -> None:
+    """The control's puller: `List` every `interval_ms` until SIGTERM, with the exporter's
+    client and filters, so the fake kubelet sends the large answer as often as to the
+    exporter."""
+    from gpu_enricher.kubelet.client import PodResourcesClient
+    from gpu_enricher.kubelet.source import may_name_a_gpu, names_a_gpu
+
+    client = PodResourcesClient(socket_path, 30.0)
+    keep, may_keep = names_a_gpu(frozenset()), may_name_a_gpu(frozenset())
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    print("ready", flush=True)
+    try:
+        while not stop.is_set():
+            await client.list(keep, may_keep)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval_ms / 1000):
+                    await stop.wait()
+    finally:
+        await client.close()
+
+
 def run_stall_probe(socket_path: Path, lists: int, cpus: set[int] | None) -> list[dict[str, Any]]:
     def pin() -> None:
         if cpus:
@@ -551,9 +578,13 @@ def section_large(node: Node, args: argparse.Namespace) -> str:
     answers = {"110 pods": 0, f"+{args.large_pods:,} pods": args.large_pods}
     kubelets = {name: KubeletProc(node.socket(), 0, node.side_cpus, extra)
                 for name, extra in answers.items()}
+    small_name, large_name = answers
+    control = f"110 pods, +{args.large_pods:,} pulled beside"
+    variants = {small_name: small_name, large_name: large_name, control: small_name}
     wrk_args = argparse.Namespace(threads=args.threads, connections=args.connections)
     stalls: dict[str, list[dict[str, Any]]] = {}
-    runs: dict[str, list[tuple[WrkResult, float, int, dict[str, int]]]] = {n: [] for n in answers}
+    runs: dict[str, list[tuple[WrkResult, float, int, dict[str, int]]]] = {
+        n: [] for n in variants}
     started = time.monotonic()
     try:
         for kubelet in kubelets.values():
@@ -564,9 +595,12 @@ def section_large(node: Node, args: argparse.Namespace) -> str:
             print(f"[{time.monotonic() - started:5.0f}s] stall probe {name}: "
                   f"{[round(p['stall_ms'], 1) for p in stalls[name]]} ms", file=sys.stderr)
         for rnd in range(1, args.large_rounds + 1):
-            for name, kubelet in kubelets.items():
+            for name, answer in variants.items():
+                kubelet = kubelets[answer]
                 server = node.exporter(name, args.large_interval, kubelet.socket_path)
                 server.start()
+                puller = start_puller(kubelets[large_name].socket_path, args.large_interval,
+                                      node.side_cpus) if name == control else None
                 try:
                     server.wait_status("/ready")
                     deadline = time.monotonic() + 30
@@ -584,11 +618,14 @@ def section_large(node: Node, args: argparse.Namespace) -> str:
                     errors = {m[1]: int(m[2]) for m in _ERRORS.finditer(text)}
                 finally:
                     server.stop()
+                    if puller is not None:
+                        puller.terminate()
+                        puller.wait(timeout=30)
                 result = parse_wrk(wrk_out, name, "plain", rnd)
                 found = _WRK_MAX.search(wrk_out)
                 worst_ms = _duration_ms(found[1]) if found else float("nan")
                 runs[name].append((result, worst_ms, lists, errors))
-                print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {name:14} "
+                print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {name:30} "
                       f"{result.rps:9,.0f} req/s p99 {result.p99_ms:6.2f} ms max "
                       f"{worst_ms:7.2f} ms, {lists} Lists, errors {errors or '-'}",
                       file=sys.stderr)
@@ -613,7 +650,7 @@ def section_large(node: Node, args: argparse.Namespace) -> str:
             f"(one List per pass), {args.large_rounds} interleaved rounds, medians", "",
             "| answer | req/s | p50 ms | p99 ms | max ms | Lists in the window | kubelet errors |",
             "|---|---:|---:|---:|---:|---:|---|"]
-    for name in names:
+    for name in variants:
         rs = runs[name]
         errs: dict[str, int] = {}
         for _, _, _, e in rs:
@@ -624,13 +661,34 @@ def section_large(node: Node, args: argparse.Namespace) -> str:
                    f"| {median([r.p99_ms for r, *_ in rs]):.2f} "
                    f"| {median([w for _, w, _, _ in rs]):.2f} "
                    f"| {median([n for _, _, n, _ in rs]):.0f} | {errs or '-'} |")
-    small, large = (runs[n] for n in names)
+    small, large, beside = (runs[n] for n in variants)
     p99 = [ratio(b[0].p99_ms, a[0].p99_ms) for a, b in zip(small, large, strict=True)]
     if p99:
         verdict = "met" if median(p99) <= TARGET_LARGE_P99_RATIO else "MISSED"
         out += ["", f"- p99 large / 110 pods: {median(p99):.2f} ({min(p99):.2f}..{max(p99):.2f}"
                 f"); target <= {TARGET_LARGE_P99_RATIO:.2f}: {verdict}"]
+        for label, rows in (("control / 110 pods", beside), ("large / control", None)):
+            pairs = zip(small, beside, strict=True) if rows is not None else \
+                zip(beside, large, strict=True)
+            ratios = [ratio(b[0].p99_ms, a[0].p99_ms) for a, b in pairs]
+            out.append(f"- p99 {label}: {median(ratios):.2f} "
+                       f"({min(ratios):.2f}..{max(ratios):.2f})")
     return "\n".join(out)
+
+
+def start_puller(socket_path: Path, interval_ms: int,
+                 cpus: set[int] | None) -> subprocess.Popen[str]:
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    proc = subprocess.Popen([PYTHON, str(BENCH / "kubelet.py"), "--pull-large", str(socket_path),
+                             "--large-interval", str(interval_ms)], stdout=subprocess.PIPE,
+                            text=True, preexec_fn=pin)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        raise RuntimeError("the control's puller did not start")
+    return proc
 
 
 def run_probe(socket_path: Path, lists: int) -> None:
@@ -682,6 +740,7 @@ def main() -> int:
     parser.add_argument("--large-lists", type=int, default=5,
                         help="large: Lists timed by the stall probe per answer")
     parser.add_argument("--serve-large", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
+    parser.add_argument("--pull-large", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
     parser.add_argument("--stall-probe", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="by default the exporter runs on CPU 1, everything else on CPU 0")
@@ -691,6 +750,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.serve_large is not None:  # the large section's fake kubelet, in its own process
         asyncio.run(serve_large(args.serve_large, args.large_pods))
+        return
+    if args.pull_large is not None:  # the large section's control
+        asyncio.run(pull_large(args.pull_large, args.large_interval))
         return 0
     if args.stall_probe is not None:
         run_probe(args.stall_probe, args.large_lists)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gpu_enricher.devices import parse_device_id
 from gpu_enricher.kubelet._generated.podresources.v1 import api_pb2 as v1_pb2
 from gpu_enricher.kubelet._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
+from gpu_enricher.kubelet.answers import decode_list
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.fake_server import FakeKubelet
 from gpu_enricher.kubelet.source import (
@@ -207,28 +208,55 @@ def test_the_quick_test_never_rules_out_a_device_id_form(device_id: str) -> None
         assert _MAY_NAME_GPU.match(device_id), device_id
 
 
-@given(st.lists(st.tuples(
+DEVICE_IDS = st.text(max_size=300) | st.sampled_from(GPU_FORMS) | st.builds(
+    lambda ws, form: ws + form, st.text(alphabet=" \t\n\x1c\x1f\u00a0\u2028\u3000",
+                                         min_size=1, max_size=3), st.sampled_from(GPU_FORMS))
+DEVICES = st.lists(st.tuples(
     st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "example.com/shared-gpu",
-                     "example.com/rdma", "nvidia.com/other"]),
-    st.lists(st.text(max_size=300) | st.sampled_from(GPU_FORMS) | st.builds(
-        lambda ws, form: ws + form, st.text(alphabet=" \t\n\x1c\x1f\u00a0\u2028\u3000",
-                                             min_size=1, max_size=3),
-        st.sampled_from(GPU_FORMS)), max_size=4)), max_size=4),
-       st.sampled_from(["v1", "v1alpha1"]))
-@example([("example.com/rdma", [" " * 200 + SIM_UUIDS[0]])], "v1")  # a two-byte length
-@example([("example.com/rdma", ["\u2003" + SIM_UUIDS[0]])], "v1alpha1")
-def test_the_cheap_test_of_a_pod_never_rules_out_what_names_a_gpu(
-        devices: list[tuple[str, list[str]]], api: str) -> None:
-    """`may_name_a_gpu` looks at a pod's bytes; wherever `names_a_gpu` keeps one of its
-    devices, it must say maybe."""
+                     "example.com/rdma", "nvidia.com/other", ""]),
+    st.lists(DEVICE_IDS, max_size=4)), max_size=3)
+CLAIMS = st.lists(st.tuples(  # claim name, namespace, and (driver, pool, device) triples
+    st.text(max_size=3), st.text(max_size=3),
+    st.lists(st.tuples(st.text(max_size=3), st.text(max_size=3), st.text(max_size=3)),
+             max_size=2)), max_size=2)
+PODS = st.lists(st.tuples(st.text(max_size=20), st.lists(st.tuples(DEVICES, CLAIMS),
+                                                          min_size=1, max_size=3)),
+                max_size=6)
+
+
+@given(PODS, st.sampled_from(["v1", "v1alpha1"]), st.sampled_from([1, 100, 1 << 20]))
+@example([("p", [([("example.com/rdma", [" " * 200 + SIM_UUIDS[0]])], [])])], "v1", 1)
+@example([("p", [([("example.com/rdma", ["\u2003" + SIM_UUIDS[0]])], [])])], "v1alpha1", 1)
+@example([("p", [([], [("", "", [("", "", "")])])])], "v1", 1)  # a claim of empty names
+@example([("p", [([], [("c" * 200, "", [("d", "p", "x")])])])], "v1", 1)  # a 2-byte length
+def test_the_search_for_pods_worth_parsing_never_misses_one(
+        pods: list[tuple[str, list[tuple[list[tuple[str, list[str]]],
+                                         list[tuple[str, str, list[tuple[str, str, str]]]]]]]],
+        api: str, scan_bytes: int) -> None:
+    """`decode_list` parses only the pods `may_name_a_gpu`'s patterns (and, in v1, the claim
+    pattern) find in the answer's bytes: what it returns must be what parsing every pod
+    returns, whatever the pods hold and however the answer is cut into search windows."""
     extra = frozenset({"example.com/shared-gpu"})
     keep, may_keep = names_a_gpu(extra), may_name_a_gpu(extra)
     proto = v1_pb2 if api == "v1" else v1alpha1_pb2
-    pod = proto.PodResources(name="p", namespace="ns", containers=[proto.ContainerResources(
-        name="c", devices=[proto.ContainerDevices(resource_name=resource, device_ids=ids)
-                           for resource, ids in devices])])
-    if any(keep(resource, ids) for resource, ids in devices):
-        assert may_keep(pod.SerializeToString()), devices
+    messages = []
+    for n, (name, containers) in enumerate(pods):
+        entries = []
+        for c, (devices, claims) in enumerate(containers):
+            entry = proto.ContainerResources(name=f"c{c}", devices=[
+                proto.ContainerDevices(resource_name=resource, device_ids=ids)
+                for resource, ids in devices])
+            if api == "v1":
+                entry.dynamic_resources.extend(v1_pb2.DynamicResource(
+                    claim_name=claim, claim_namespace=namespace, claim_resources=[
+                        v1_pb2.ClaimResource(driver_name=d, pool_name=pool, device_name=dev)
+                        for d, pool, dev in resources])
+                    for claim, namespace, resources in claims)
+            entries.append(entry)
+        messages.append(proto.PodResources(name=name, namespace=f"ns{n}", containers=entries))
+    wire = proto.ListPodResourcesResponse(pod_resources=messages).SerializeToString()
+    assert decode_list(wire, api, keep, may_keep, scan_bytes=scan_bytes) == \
+        decode_list(wire, api, keep)
 
 
 async def test_only_assignments_that_can_name_a_gpu_are_kept(kubelet: FakeKubelet) -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from h2.config import H2Configuration
 from h2.connection import H2Connection
-from h2.events import RequestReceived
+from h2.events import PingAckReceived, RequestReceived
+from hpack import Encoder
+from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame
 
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.fake_server import FakeKubelet
@@ -41,6 +43,7 @@ class Http2Server:
         self.path = path
         self.answer = answer
         self.requests: list[dict[bytes, bytes]] = []
+        self.ping_acks: list[bytes] = []
         self._server: asyncio.AbstractServer | None = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -54,6 +57,8 @@ class Http2Server:
                         self.requests.append(dict(event.headers or ()))
                         if self.answer is not None:
                             self.answer(connection, event.stream_id or 0)
+                    elif isinstance(event, PingAckReceived):
+                        self.ping_acks.append(event.ping_data or b"")
                 writer.write(connection.data_to_send())
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
@@ -192,13 +197,84 @@ def test_nothing_listening_on_the_socket_file_is_unavailable(path: Path) -> None
 
 async def test_a_large_answer_through_the_real_kubelet_arrives_whole(
         kubelet: FakeKubelet) -> None:
-    """Past HTTP/2's 64 KiB default window and thousands of 16 KiB frames: every byte."""
-    pods = crowd(5_000)
+    """Past our 16 MiB flow-control window (so the client's WINDOW_UPDATEs count) and
+    thousands of 16 KiB frames: every byte."""
+    pods = crowd(10_000)
     kubelet.set_assignments(pods)
     client = PodResourcesClient(kubelet.socket_path, 10.0)
     try:
         listed = await client.list()
     finally:
         await client.close()
-    assert kubelet.list_answer_bytes > 10 << 20
+    assert kubelet.list_answer_bytes > 20 << 20
     assert listed.assignments == tuple(pods)
+
+
+async def test_pings_padding_and_continuation_frames_are_understood(path: Path) -> None:
+    """What a server may wrap an answer in (grpc-go pings to size its window; a large header
+    block comes in CONTINUATION frames): the answer arrives whole and the ping is answered."""
+    payload = bytes(range(256)) * 300  # several frames
+
+    def answer(connection: H2Connection, stream: int) -> None:
+        connection.ping(b"\x01\x02\x03\x04\x05\x06\x07\x08")
+        # 40 kB of headers: a HEADERS and two CONTINUATION frames.
+        connection.send_headers(stream, [*GRPC_HEADERS, (b"x-large", b"v" * 40_000)])
+        body = message(payload)
+        for at in range(0, len(body), 16_000):  # 200 bytes of padding in each frame
+            connection.send_data(stream, body[at:at + 16_000], pad_length=200)
+        connection.send_headers(stream, OK_TRAILERS, end_stream=True)
+
+    async with Http2Server(path, answer) as server:
+        assert await asyncio.to_thread(call, path) == payload
+        for _ in range(50):  # the acknowledgement was sent before the answer was read whole
+            if server.ping_acks:
+                break
+            await asyncio.sleep(0.01)
+    assert server.ping_acks == [b"\x01\x02\x03\x04\x05\x06\x07\x08"]
+
+
+class RawServer(Http2Server):
+    """Writes `frames` (after its own SETTINGS) to each connection, whatever the client says:
+    frames no HTTP/2 library would send."""
+
+    def __init__(self, path: Path, frames: bytes) -> None:
+        super().__init__(path, None)
+        self.frames = frames
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + self.frames)  # empty SETTINGS
+        try:
+            while await reader.read(65536):
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+
+def grpc_answer(body: bytes, before: bytes = b"") -> bytes:
+    """A whole answer on stream 1, framed by hyperframe: headers (padded, with a priority,
+    as a server may send them), `before`, body, trailers."""
+    encoder = Encoder()
+    headers = HeadersFrame(1, encoder.encode(GRPC_HEADERS), pad_length=7, depends_on=0,
+                           stream_weight=15, flags=["END_HEADERS", "PADDED", "PRIORITY"])
+    trailers = HeadersFrame(1, encoder.encode(OK_TRAILERS), flags=["END_HEADERS", "END_STREAM"])
+    return headers.serialize() + before + DataFrame(1, message(body)).serialize() + \
+        trailers.serialize()
+
+
+async def test_unknown_frames_and_a_graceful_goaway_leave_the_answer_whole(path: Path) -> None:
+    unknown = b"\x00\x00\x09\x0b\x00\x00\x00\x00\x01ignore me"  # type 0xB on stream 1
+    goaway = GoAwayFrame(0, last_stream_id=1, error_code=0).serialize()  # ours still answered
+    async with RawServer(path, grpc_answer(b"\x0a\x00", unknown + goaway)):
+        assert await asyncio.to_thread(call, path) == b"\x0a\x00"
+
+
+async def test_a_frame_above_the_size_we_allow_is_a_protocol_error(path: Path) -> None:
+    """16 KiB is the largest frame we announce (HTTP/2's default): a larger one breaks the
+    protocol, and is not read."""
+    async with RawServer(path, grpc_answer(b"x" * 20_000)):
+        with pytest.raises(KubeletError) as caught:
+            await asyncio.to_thread(call, path)
+    assert caught.value.code == "UNAVAILABLE"
+    assert "does not speak HTTP/2" in str(caught.value) and "20,005 bytes" in str(caught.value)

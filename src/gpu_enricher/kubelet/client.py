@@ -26,7 +26,7 @@ from ..model import AllocatableDevices
 from ..worker import BlockingWorker
 from ._generated.podresources.v1 import api_pb2 as v1_pb2
 from .answers import DecodeError, Keep, ListResult, MayKeep, decode_list, parse_allocatable
-from .wire import SOCKET_ERROR, SOCKET_MISSING, KubeletError, UnaryChannel
+from .wire import SOCKET_ERROR, SOCKET_MISSING, KubeletError, Message, UnaryChannel, release
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class PodResourcesClient:
 
     # --- on the client's thread ----------------------------------------------------------
 
-    def _unary(self, method: str) -> bytearray:
+    def _unary(self, method: str) -> Message:
         """One call with the empty request both methods take: the answer's bytes."""
         try:
             present = self.socket_path.exists()
@@ -66,7 +66,7 @@ class PodResourcesClient:
             raise KubeletError(SOCKET_MISSING, f"{self.socket_path} does not exist")
         return self._channel.call(method, _EMPTY_REQUEST, self.timeout_seconds)
 
-    def _fetch(self) -> tuple[bytearray, str]:
+    def _fetch(self) -> tuple[Message, str]:
         """The answer of `List` as bytes (v1, else v1alpha1), and its API version."""
         if not self._v1_unimplemented:
             try:
@@ -85,6 +85,8 @@ class PodResourcesClient:
         except DecodeError as exc:
             raise KubeletError("INTERNAL",
                                f"INTERNAL: the List answer does not parse: {exc}") from None
+        finally:
+            release(wire)
 
     def _allocatable_now(self) -> tuple[AllocatableDevices, ...] | None:
         if self._v1_unimplemented:
@@ -96,10 +98,13 @@ class PodResourcesClient:
                 return None
             raise
         try:
-            response = v1_pb2.AllocatableResourcesResponse.FromString(wire)
+            with memoryview(wire) as view:
+                response = v1_pb2.AllocatableResourcesResponse.FromString(view)
         except DecodeError as exc:
             raise KubeletError("INTERNAL", "INTERNAL: the GetAllocatableResources answer does "
                                f"not parse: {exc}") from None
+        finally:
+            release(wire)
         return parse_allocatable(response.devices)
 
     # --- on the event loop -----------------------------------------------------------------

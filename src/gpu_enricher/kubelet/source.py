@@ -23,7 +23,7 @@ from typing import Final
 from prometheus_client.metrics_core import Metric
 
 from .. import names
-from ..devices import NVIDIA_GPU, NVIDIA_MIG_PREFIX, is_gpu_resource, parse_device_id
+from ..devices import is_gpu_resource, parse_device_id
 from ..model import (
     AllocatableDevices,
     AssignmentSnapshot,
@@ -69,17 +69,18 @@ _MAY_NAME_GPU_ON_WIRE = re.compile(
     rb"\x12[\x80-\xff]{0,9}[\x00-\x7f][\s\x1c-\x1f\x80-\xff]*(?:GPU-|MIG-|nvidia|[0-9a-fA-F]{8}-)")
 
 
+# NVIDIA_GPU and every NVIDIA_MIG_PREFIX resource, written with their common prefix in front so
+# that the search is a substring search.
+_GPU_RESOURCES_ON_WIRE = re.compile(rb"nvidia\.com/(?:gpu|mig-)")
+
+
 def may_name_a_gpu(extra_resources: frozenset[str]) -> MayKeep:
-    """The cheap test before `names_a_gpu`, on one pod's encoded `PodResources`: False only
-    when none of its containers holds a GPU resource or a device ID in a GPU form."""
-    resources = tuple(r.encode() for r in (NVIDIA_GPU, NVIDIA_MIG_PREFIX,
-                                           *sorted(extra_resources)))
-
-    def may_keep(encoded: bytes) -> bool:
-        return any(r in encoded for r in resources) or \
-            _MAY_NAME_GPU_ON_WIRE.search(encoded) is not None
-
-    return may_keep
+    """The cheap test before `names_a_gpu`, searched in the answer's bytes: a pod none of these
+    patterns matches inside holds no GPU resource and no device ID in a GPU form. One pattern
+    per resource name, each a plain substring search: an alternation of them is tried at
+    every byte, ten times slower."""
+    return (_GPU_RESOURCES_ON_WIRE, _MAY_NAME_GPU_ON_WIRE,
+            *(re.compile(re.escape(r.encode())) for r in sorted(extra_resources)))
 
 
 @dataclass(frozen=True, slots=True)

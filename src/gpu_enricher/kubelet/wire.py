@@ -5,10 +5,13 @@ threads plus two more on the first channel (22 threads on a 192-CPU node, sized 
 which no option, variable, affinity or cgroup limit changes), adds ~21 MiB of RSS on import,
 and copies a received message while holding the GIL (~0.55 ms per MB: 27 ms for a 50 MB
 `List`). The pod-resources API needs two unary calls on a local socket: a request is one
-HEADERS and one DATA frame, an answer HEADERS, DATA and trailers. `h2` (pure Python) keeps
-the HTTP/2 state, frames and HPACK; this module keeps the gRPC rules (PROTOCOL-HTTP2.md in
-grpc/grpc): the 5-byte message prefix, `grpc-timeout`, `grpc-status` / `grpc-message`, and
-the HTTP status mapping for answers that are not gRPC.
+HEADERS and one DATA frame, an answer HEADERS, DATA and trailers. This module frames them
+(RFC 9113: one stream, flow control, SETTINGS and PING acknowledged, GOAWAY and RST_STREAM,
+padding, CONTINUATION), `hpack` codes the header blocks, and the gRPC rules are kept
+(PROTOCOL-HTTP2.md in grpc/grpc): the 5-byte message prefix, `grpc-timeout`, `grpc-status` /
+`grpc-message`, and the HTTP status mapping for answers that are not gRPC. `h2` did the
+framing until it proved to cost ~40 µs a frame, 0.15 s of CPU per 50 MB answer (issue 13,
+defect 2): a frame here is split with a few integer operations.
 
 One connection per call: nothing idle to go stale (a restarted kubelet is found at once, no
 GOAWAY or keepalive to handle), at the cost of one local connect per `List`. The thread gives
@@ -16,6 +19,7 @@ the GIL away between received chunks (`gil_pacer`), so the event loop waits for 
 """
 
 import contextlib
+import mmap
 import socket
 import threading
 import time
@@ -23,19 +27,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import unquote
 
-from h2.config import H2Configuration
-from h2.connection import H2Connection
-from h2.events import (
-    ConnectionTerminated,
-    DataReceived,
-    Event,
-    ResponseReceived,
-    StreamEnded,
-    StreamReset,
-    TrailersReceived,
-)
-from h2.exceptions import H2Error
-from h2.settings import SettingCodes
+from hpack import Decoder, Encoder, HPACKError
 
 from ..worker import gil_pacer
 
@@ -60,10 +52,42 @@ for the rest."""
 RECEIVE_CHUNK: Final = 256 << 10
 WINDOW: Final = 16 << 20
 """Flow-control window, per stream and for the connection: a large answer streams without
-waiting for a WINDOW_UPDATE every 64 KiB (HTTP/2's default). Frames stay at HTTP/2's
-16 KiB: a larger size would apply only once the server acknowledged it, and h2 checks a frame
-read in the same chunk as that acknowledgement against the old size."""
+waiting for a WINDOW_UPDATE every 64 KiB (HTTP/2's default); both are topped up once half is
+used."""
+MAX_FRAME: Final = 16_384
+"""HTTP/2's default largest frame, which we keep (grpc-go writes no larger DATA frames)."""
 MAX_HEADER_LIST: Final = 64 << 10
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+STREAM: Final = 1  # the one stream of a connection
+
+# Frame types and flags (RFC 9113, section 6).
+DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, \
+    CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
+ENABLE_PUSH, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE = 0x2, 0x4, 0x6
+
+
+Message = bytearray | mmap.mmap
+"""An answer's message: a large one in memory mapped for it alone (`message_buffer`)."""
+MAPPED_FROM: Final = 1 << 20
+
+
+def message_buffer(size: int) -> Message:
+    """Room for a message of `size` bytes. From 1 MiB up, pages mapped for it alone and given
+    back by `release` with the GIL released: a 50 MB bytearray was zeroed whole when allocated
+    (25 ms with the GIL held) and unmapped whole when freed (3.5 ms, the same). Mapped pages
+    are zeroed by the kernel as they are first written, a few at a time (issue 13, defect 2)."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE) if size >= MAPPED_FROM \
+        else bytearray(size)
+
+
+def release(message: Message) -> None:
+    """Unmap a mapped message now, on this thread (mmap.close gives the GIL away meanwhile);
+    a bytearray goes with its last reference. Views of it must have been released."""
+    if isinstance(message, mmap.mmap):
+        # A view still held (an exception's traceback) defers the unmap to the last reference.
+        with contextlib.suppress(BufferError):
+            message.close()
 
 
 class KubeletError(Exception):
@@ -85,11 +109,20 @@ class _Answer:
         self.headers: dict[bytes, bytes] = {}
         self.trailers: dict[bytes, bytes] = {}
         self.ended = False
+        self._headers_received = False
         self._prefix = bytearray()
-        self.message: bytearray | None = None
-        self._size = 0
+        self.message: Message | None = None
+        self._view = memoryview(b"")
+        self._size = self._filled = 0
 
-    def take(self, data: bytes) -> None:
+    def add_headers(self, fields: dict[bytes, bytes]) -> None:
+        """The first header block holds the headers, a second the trailers."""
+        if self._headers_received:
+            self.trailers = fields
+        else:
+            self.headers, self._headers_received = fields, True
+
+    def take(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         if self.message is None:
             need = 5 - len(self._prefix)
@@ -108,15 +141,15 @@ class _Answer:
                                    "kubelet lists more pods and devices than this exporter "
                                    "accepts")
             self._size = size
-            # Grown as frames arrive, not allocated whole: bytearray(size) zeroes every page at
-            # once with the GIL held (25 ms for 50 MB), and glibc grows a large block by
-            # remapping its pages, not copying them.
-            self.message = bytearray()
-        if len(self.message) + len(view) > self._size:
+            self.message = message_buffer(size)
+            self._view = memoryview(self.message)
+        end = self._filled + len(view)
+        if end > self._size:
             raise KubeletError("INTERNAL", "INTERNAL: more than one message in a unary answer")
-        self.message += view
+        self._view[self._filled:end] = view
+        self._filled = end
 
-    def result(self) -> bytearray:
+    def result(self) -> "Message":
         """The message, or the error the answer stands for."""
         http_status = self.headers.get(b":status", b"")
         # A "trailers-only" answer (an error before any message) has its status in the headers.
@@ -134,9 +167,16 @@ class _Answer:
             raise KubeletError(code, f"{code}: {details}")
         if self.message is None:
             raise KubeletError("INTERNAL", "INTERNAL: the answer has no message")
-        if len(self.message) < self._size:
+        if self._filled < self._size:
             raise KubeletError("INTERNAL", "INTERNAL: the answer ended inside its message")
+        self._view.release()
         return self.message
+
+    def release(self) -> None:
+        """Give the message's memory back now (the call failed)."""
+        self._view.release()
+        if self.message is not None:
+            release(self.message)
 
 
 class UnaryChannel:
@@ -156,7 +196,7 @@ class UnaryChannel:
             with contextlib.suppress(OSError):  # not connected yet, or already closed
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in recv
 
-    def call(self, method: str, request: bytes, timeout_seconds: float) -> bytearray:
+    def call(self, method: str, request: bytes, timeout_seconds: float) -> Message:
         """The answer's message bytes; KubeletError for any failure."""
         deadline = time.monotonic() + timeout_seconds
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -167,7 +207,7 @@ class UnaryChannel:
         except TimeoutError:
             raise KubeletError("DEADLINE_EXCEEDED", f"DEADLINE_EXCEEDED: no answer to {method} "
                                f"within {timeout_seconds:g}s") from None
-        except H2Error as exc:
+        except (ProtocolError, HPACKError) as exc:
             raise KubeletError("UNAVAILABLE", "UNAVAILABLE: the kubelet's socket does not speak "
                                f"HTTP/2 as gRPC does ({exc})") from None
         except OSError as exc:
@@ -179,59 +219,148 @@ class UnaryChannel:
             sock.close()
 
     def _exchange(self, sock: socket.socket, method: str, request: bytes, deadline: float,
-                  timeout_seconds: float) -> bytearray:
+                  timeout_seconds: float) -> Message:
         sock.settimeout(timeout_seconds)
         sock.connect(str(self.socket_path))
-        connection = H2Connection(H2Configuration(client_side=True, header_encoding=None))
-        connection.initiate_connection()
-        connection.update_settings({SettingCodes.ENABLE_PUSH: 0,
-                                    SettingCodes.INITIAL_WINDOW_SIZE: WINDOW,
-                                    SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST})
-        connection.increment_flow_control_window(WINDOW - 65_535)
-        stream = connection.get_next_available_stream_id()
-        connection.send_headers(stream, [
+        headers = Encoder().encode([
             (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
             (b":authority", b"localhost"), (b"te", b"trailers"),
             (b"content-type", b"application/grpc"), (b"user-agent", b"gpu-enricher"),
             # The kubelet may give up too once the answer is of no use (ms, up to 8 digits).
             (b"grpc-timeout", f"{min(int(timeout_seconds * 1000), 99_999_999)}m".encode()),
         ])
-        connection.send_data(stream, b"\x00" + len(request).to_bytes(4, "big") + request,
-                             end_stream=True)
-        sock.sendall(connection.data_to_send())
+        sock.sendall(b"".join((
+            PREFACE,
+            frame(SETTINGS, 0, 0, b"".join(
+                key.to_bytes(2, "big") + value.to_bytes(4, "big") for key, value in (
+                    (ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, WINDOW),
+                    (MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)))),
+            frame(WINDOW_UPDATE, 0, 0, (WINDOW - 65_535).to_bytes(4, "big")),
+            frame(HEADERS, END_HEADERS, STREAM, headers),
+            frame(DATA, END_STREAM, STREAM,
+                  b"\x00" + len(request).to_bytes(4, "big") + request),
+        )))
         answer = _Answer(method, self.max_receive_bytes)
-        maybe_pause = gil_pacer()
-        while not answer.ended:
-            sock.settimeout(max(deadline - time.monotonic(), 0.001))
-            chunk = sock.recv(RECEIVE_CHUNK)
-            if not chunk:
-                raise KubeletError("UNAVAILABLE", f"UNAVAILABLE: the kubelet closed the "
-                                   f"connection before answering {method}")
-            for event in connection.receive_data(chunk):
-                self._on(event, stream, answer, connection)
-            if pending := connection.data_to_send():  # SETTINGS and PING acks, WINDOW_UPDATEs
-                sock.sendall(pending)
-            maybe_pause()
-        return answer.result()
+        try:
+            return self._receive(sock, answer, method, deadline)
+        except BaseException:
+            answer.release()
+            raise
 
     @staticmethod
-    def _on(event: Event, stream: int, answer: _Answer, connection: H2Connection) -> None:
-        if isinstance(event, ResponseReceived) and event.stream_id == stream:
-            answer.headers = dict(event.headers or ())
-        elif isinstance(event, DataReceived) and event.stream_id == stream:
-            answer.take(event.data or b"")
-            connection.acknowledge_received_data(event.flow_controlled_length or 0, stream)
-        elif isinstance(event, TrailersReceived) and event.stream_id == stream:
-            answer.trailers = dict(event.headers or ())
-        elif isinstance(event, StreamEnded) and event.stream_id == stream:
-            answer.ended = True
-        elif isinstance(event, StreamReset) and event.stream_id == stream:
-            # REFUSED_STREAM (7): not processed, safe to retry; anything else broke the call.
-            code = "UNAVAILABLE" if event.error_code == 7 else "INTERNAL"
-            raise KubeletError(code, f"{code}: the kubelet reset the call (HTTP/2 error "
-                               f"{event.error_code})")
-        elif isinstance(event, ConnectionTerminated) and (
-                event.last_stream_id is None or event.last_stream_id < stream
-                or event.error_code):
-            raise KubeletError("UNAVAILABLE", "UNAVAILABLE: the kubelet closed the connection "
-                               f"(GOAWAY, HTTP/2 error {event.error_code})")
+    def _receive(sock: socket.socket, answer: _Answer, method: str,
+                 deadline: float) -> Message:
+        reader = _FrameReader(sock, deadline, method)
+        decoder = Decoder(MAX_HEADER_LIST)
+        unacknowledged = 0  # DATA bytes received since the last WINDOW_UPDATE
+        while not answer.ended:
+            kind, flags, stream, payload = reader.next()
+            if kind == DATA:
+                unacknowledged += len(payload)
+                if stream == STREAM:
+                    answer.take(unpadded(payload, flags))
+                    answer.ended = bool(flags & END_STREAM)
+                elif stream == 0:
+                    raise ProtocolError("DATA on stream 0")
+                if unacknowledged >= WINDOW // 2 and not answer.ended:
+                    increment = unacknowledged.to_bytes(4, "big")
+                    sock.sendall(frame(WINDOW_UPDATE, 0, 0, increment) +
+                                 frame(WINDOW_UPDATE, 0, STREAM, increment))
+                    unacknowledged = 0
+            elif kind == HEADERS:
+                block = bytes(unpadded(payload, flags)[5 if flags & PRIORITY else 0:])
+                ended = bool(flags & END_STREAM)
+                while not flags & END_HEADERS:  # the rest of the block, in CONTINUATIONs
+                    kind, flags, _, fragment = reader.next()
+                    if kind != CONTINUATION:
+                        raise ProtocolError("a header block cut by another frame")
+                    block += fragment
+                fields = dict(decoder.decode(block, raw=True))
+                if stream == STREAM:
+                    answer.add_headers(fields)
+                    answer.ended = ended
+            elif kind == SETTINGS and not flags & ACK:
+                if len(payload) % 6:
+                    raise ProtocolError("a SETTINGS frame of a length not a multiple of 6")
+                sock.sendall(frame(SETTINGS, ACK, 0, b""))
+            elif kind == PING and not flags & ACK:
+                sock.sendall(frame(PING, ACK, 0, bytes(payload)))
+            elif kind == RST_STREAM and stream == STREAM:
+                error = int.from_bytes(payload[:4], "big")
+                # REFUSED_STREAM (7): not processed, safe to retry; anything else broke the call.
+                code = "UNAVAILABLE" if error == 7 else "INTERNAL"
+                raise KubeletError(code, f"{code}: the kubelet reset the call (HTTP/2 error "
+                                   f"{error})")
+            elif kind == GOAWAY:
+                last_stream = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
+                error = int.from_bytes(payload[4:8], "big")
+                if last_stream < STREAM or error:  # else ours is answered before it closes
+                    raise KubeletError("UNAVAILABLE", "UNAVAILABLE: the kubelet closed the "
+                                       f"connection (GOAWAY, HTTP/2 error {error})")
+            elif kind in (PUSH_PROMISE, CONTINUATION):
+                raise ProtocolError(f"an unexpected frame of type {kind}")
+            # PRIORITY, WINDOW_UPDATE (our request fits the initial window), unknown types,
+            # frames of other streams: nothing to do.
+        return answer.result()
+
+
+class ProtocolError(Exception):
+    """The peer broke HTTP/2's framing rules."""
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + \
+        stream.to_bytes(4, "big") + payload
+
+
+def unpadded(payload: memoryview, flags: int) -> memoryview:
+    """A DATA or HEADERS payload without its padding (RFC 9113, section 6.1)."""
+    if not flags & PADDED:
+        return payload
+    if not payload or payload[0] >= len(payload):
+        raise ProtocolError("padding longer than its frame")
+    return payload[1:len(payload) - payload[0]]
+
+
+class _FrameReader:
+    """Frames from the socket, read in large chunks: the frames of a 50 MB answer are split
+    here with a few integer operations each (h2 did the same work in ~40 µs a frame, 0.15 s
+    of the thread's CPU per 50 MB). The GIL is given away between chunks (`gil_pacer`)."""
+
+    def __init__(self, sock: socket.socket, deadline: float, method: str) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._method = method
+        self._buffer = bytearray(RECEIVE_CHUNK)
+        self._view = memoryview(self._buffer)
+        self._start = self._end = 0
+        self._maybe_pause = gil_pacer()
+
+    def next(self) -> tuple[int, int, int, memoryview]:
+        """(type, flags, stream, payload); the payload is valid until the next call."""
+        self._fill(9)
+        head = self._buffer[self._start:self._start + 9]
+        size = int.from_bytes(head[:3], "big")
+        if size > MAX_FRAME:
+            raise ProtocolError(f"a frame of {size:,} bytes, above the {MAX_FRAME:,} allowed")
+        self._fill(9 + size)
+        payload = self._view[self._start + 9:self._start + 9 + size]
+        self._start += 9 + size
+        return head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFF_FFFF, payload
+
+    def _fill(self, need: int) -> None:
+        """At least `need` bytes from `_start` in the buffer."""
+        if self._end - self._start >= need:
+            return
+        # Move what is left to the front (less than one frame), then receive after it.
+        left = self._end - self._start
+        self._buffer[:left] = self._buffer[self._start:self._end]
+        self._start, self._end = 0, left
+        while self._end < need:
+            self._sock.settimeout(max(self._deadline - time.monotonic(), 0.001))
+            received = self._sock.recv_into(self._view[self._end:])
+            if not received:
+                raise KubeletError("UNAVAILABLE", "UNAVAILABLE: the kubelet closed the "
+                                   f"connection before answering {self._method}")
+            self._end += received
+            self._maybe_pause()
