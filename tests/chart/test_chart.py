@@ -4,11 +4,14 @@ against Kubernetes' schemas (kubernetes-validate, offline), and what matters ass
 import filecmp
 import importlib.util
 import json
+import operator
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,9 @@ import pytest
 import yaml
 
 from gpu_enricher.cli import parse_config
+from gpu_enricher.config import Config
+from gpu_enricher.flag_values import UsageError
+from gpu_enricher.label_drop import REFUSED, refusal
 from tests.conftest import ROOT, require_tool
 
 CHART = ROOT / "helm" / "gpu-enricher"
@@ -38,6 +44,34 @@ SLICE_READER_RULES = [{"apiGroups": ["resource.k8s.io"], "resources": ["resource
 DRA_ENV = {"name": "KUBERNETES_ENABLE_DRA", "value": "true"}
 DRA_DRIVERS = ["gpu.nvidia.com", "gpu.example.com"]
 ALLOWLIST = ["^app(\\.kubernetes\\.io/name)?$", "^team$", "^[a-z]{2}/owner$"]
+DROP_LABELS = ["UUID", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "app_kubernetes_io_name"]
+
+# The top-level values that are one exporter flag each and nothing else in the manifests:
+# value → (flag, what the exporter's parsed Config holds for it, a value other than the
+# default). Each is rendered on every pod, its default being the exporter's (as
+# collectInterval); dropLabels, a list, only when not empty (as kubernetes.resourceNames).
+FLAG_VALUES: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
+    "slowFieldsInterval": ("--slow-fields-interval",
+                           operator.attrgetter("slow_fields_interval_ms"), 0),
+    "xidCountWindowSize": ("--xid-count-window-size", operator.attrgetter("xid_window_ms"),
+                           60000),
+    "clockEventsCountWindowSize": ("--clock-events-count-window-size",
+                                   operator.attrgetter("clock_events_window_ms"), 120000),
+    "hostnameLabelName": ("--hostname-label-name", operator.attrgetter("hostname.label"),
+                          "hostname"),
+    "configCheckInterval": ("--config-check-interval",
+                            operator.attrgetter("config_check_interval_ms"), 0),
+    "webReadHeaderTimeout": ("--web-read-header-timeout",
+                             operator.attrgetter("web_read_header_timeout_ms"), 2500),
+    # Past 1e6: a value Helm holds as a float must still render as digits.
+    "webIdleTimeout": ("--web-idle-timeout", operator.attrgetter("web_idle_timeout_ms"),
+                       3600000),
+    "webMaxConnections": ("--web-max-connections", operator.attrgetter("web_max_connections"),
+                          100000),
+}
+LIST_FLAG_VALUES: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
+    "dropLabels": ("--drop-labels", operator.attrgetter("drop_labels"), DROP_LABELS[:2]),
+}
 
 # Verbatim: another test reproduces them in a real Prometheus.
 RELABELINGS = [
@@ -85,6 +119,15 @@ ALL_FEATURES: dict[str, Any] = {
     "noHostname": True,
     "debug": True,
     "logFormat": "json",
+    "slowFieldsInterval": 0,
+    "xidCountWindowSize": 60000,
+    "clockEventsCountWindowSize": 120000,
+    "hostnameLabelName": "hostname",
+    "dropLabels": DROP_LABELS,
+    "configCheckInterval": 0,
+    "webReadHeaderTimeout": 2500,
+    "webIdleTimeout": 3600000,
+    "webMaxConnections": 100000,
     "extraArgs": ["--devices=g"],
     "extraEnv": [{"name": "GPU_ENRICHER_EXTRA", "value": "1"}],
     "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -338,6 +381,25 @@ def test_helm_lint_strict(helm: str, values: dict[str, Any], tmp_path: Path) -> 
     {"serviceMonitor": {"basicAuth": {"username": {"name": "auth", "key": "user"}}}},
     {"serviceMonitor": {"basicAuth": {"username": {"name": "auth", "key": "user"},
                                       "password": "s3cret"}}},
+    {"slowFieldsInterval": -1},
+    {"xidCountWindowSize": 0},
+    {"clockEventsCountWindowSize": "5m"},
+    {"hostnameLabelName": "HOSTNAME"},
+    {"configCheckInterval": -1},
+    {"configCheckInterval": "5s"},
+    {"webReadHeaderTimeout": 0},
+    {"webIdleTimeout": "120000"},
+    {"webIdleTimeout": 1.5},
+    {"webMaxConnections": -1},
+    {"webMaxConnections": None},
+    {"dropLabels": "UUID"},
+    {"dropLabels": ["UUID,device"]},
+    {"dropLabels": ["UUID", "UUID"]},
+    {"dropLabels": ["gpu"]},
+    {"dropLabels": ["pod"]},
+    {"dropLabels": ["__name__"]},
+    {"dropLabels": ["pci-bus-id"]},
+    {"dropLabels": [""]},
 ], ids=lambda v: yaml.safe_dump(v, default_flow_style=True).strip())
 def test_schema_rejects_bad_values(helm: str, values: dict[str, Any], tmp_path: Path) -> None:
     result = helm_template(helm, CHART, write_values(tmp_path, "bad", values), check=False)
@@ -700,10 +762,21 @@ def test_all_flags_reach_the_container(rendered: dict[str, Rendered]) -> None:
                  "--address=:9500", "--process-metrics", f"--proc-root={HOST_PROC}",
                  f"--kubelet-log-root={LOG_ROOT}", "--kubernetes-enable-pod-labels",
                  "--kubernetes-enable-pod-uid",
-                 f"--kubernetes-dra-driver-names={','.join(DRA_DRIVERS)}"):
+                 f"--kubernetes-dra-driver-names={','.join(DRA_DRIVERS)}",
+                 "--slow-fields-interval=0", "--xid-count-window-size=60000",
+                 "--clock-events-count-window-size=120000", "--hostname-label-name=hostname",
+                 f"--drop-labels={','.join(DROP_LABELS)}", "--config-check-interval=0",
+                 "--web-read-header-timeout=2500", "--web-idle-timeout=3600000",
+                 "--web-max-connections=100000"):
         assert flag in args
     assert args[-1] == "--devices=g"  # extraArgs come last
     config, warnings = parse_config(args, r.env())
+    assert (config.slow_fields_interval_ms, config.xid_window_ms,
+            config.clock_events_window_ms) == (0, 60000, 120000)
+    assert config.drop_labels == frozenset(DROP_LABELS)  # pod labels on: no unknown warning
+    assert config.config_check_interval_ms == 0
+    assert (config.web_read_header_timeout_ms, config.web_idle_timeout_ms,
+            config.web_max_connections) == (2500, 3600000, 100000)
     assert config.dra and config.dra_drivers == frozenset(DRA_DRIVERS)
     assert config.collect_interval_ms == 1000
     assert config.virtual_gpus and config.kubernetes and config.debug
@@ -721,6 +794,115 @@ def test_all_flags_reach_the_container(rendered: dict[str, Rendered]) -> None:
                                      "effect": "NoSchedule"}, *ALL_FEATURES["tolerations"]]
     assert r.pod["imagePullSecrets"] == [{"name": "registry"}]
     assert r.one("Service")["spec"]["ports"][0]["targetPort"] == "metrics"
+
+
+def test_flag_values_default_to_the_exporters_defaults(rendered: dict[str, Rendered]) -> None:
+    """values.yaml's defaults are rendered, each flag once, and are the exporter's own: the pods
+    run as the exporter would with none of these flags (a changed default in flag_values.py
+    fails here until values.yaml follows). An empty dropLabels renders no flag."""
+    args = rendered["defaults"].container["args"]
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    config, _ = parse_config(args, {"NODE_NAME": "node-a"})
+    exporter, _ = parse_config([], {"NODE_NAME": "node-a"})
+    for name, (flag, setting, _other) in FLAG_VALUES.items():
+        assert [a for a in args if a.startswith(f"{flag}=")] == [f"{flag}={defaults[name]}"]
+        assert setting(config) == setting(exporter) == defaults[name], name
+    for name, (flag, setting, _other) in LIST_FLAG_VALUES.items():
+        assert defaults[name] == []
+        assert not any(a.startswith(flag) for a in args)
+        assert setting(config) == setting(exporter) == frozenset()
+
+
+@pytest.mark.parametrize("name", [*FLAG_VALUES, *LIST_FLAG_VALUES])
+def test_flag_value_renders_its_flag(name: str, helm: str, rendered: dict[str, Rendered],
+                                     tmp_path: Path) -> None:
+    """One value set: its flag, in the exporter's --flag=VALUE syntax (a list joined with
+    commas), replaces the default one or is added, and nothing else in the args changes; the
+    exporter's parser accepts the args and holds the value."""
+    flag, setting, value = {**FLAG_VALUES, **LIST_FLAG_VALUES}[name]
+    text = helm_template(helm, CHART, write_values(tmp_path, name, {name: value})).stdout
+    daemonset = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "DaemonSet")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    rendered_value = ",".join(value) if isinstance(value, list) else value
+    assert [a for a in args if a.startswith(f"{flag}=")] == [f"{flag}={rendered_value}"]
+    default_args = rendered["defaults"].container["args"]
+    assert [a for a in args if not a.startswith(f"{flag}=")] == \
+        [a for a in default_args if not a.startswith(f"{flag}=")]
+    config, warnings = parse_config(args, {"NODE_NAME": "node-a"})
+    assert setting(config) == (frozenset(value) if isinstance(value, list) else value)
+    assert warnings == []
+
+
+@pytest.mark.parametrize("name", [n for n in FLAG_VALUES if n != "hostnameLabelName"])
+def test_schema_minimum_is_the_exporters(name: str, helm: str, tmp_path: Path) -> None:
+    """The schema's minimum is the least value the exporter's parser takes: that one renders
+    and parses; one less is refused by both, by helm before anything reaches a node (the
+    exporter would exit 2 and crash-loop on every GPU node)."""
+    flag, setting, _ = FLAG_VALUES[name]
+    minimum = json.loads((CHART / "values.schema.json").read_text())[
+        "properties"][name]["minimum"]
+    text = helm_template(helm, CHART, write_values(tmp_path, "min", {name: minimum})).stdout
+    daemonset = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "DaemonSet")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    config, _ = parse_config(container["args"], {"NODE_NAME": "node-a"})
+    assert setting(config) == minimum
+    with pytest.raises(UsageError):
+        parse_config([f"{flag}={minimum - 1}"], {"NODE_NAME": "node-a"})
+    refused = helm_template(helm, CHART, write_values(tmp_path, "below", {name: minimum - 1}),
+                            check=False)
+    assert refused.returncode != 0
+    assert f"- {name}: Must be greater than or equal to {minimum}" in refused.stderr, \
+        refused.stderr
+
+
+SCHEMA_ERRORS: list[tuple[dict[str, Any], str]] = [
+    ({"webMaxConnections": -5}, "- webMaxConnections: Must be greater than or equal to 1"),
+    ({"configCheckInterval": "5s"},
+     "- configCheckInterval: Invalid type. Expected: integer, given: string"),
+    ({"webIdleTimeout": 1.5}, "- webIdleTimeout: Invalid type. Expected: integer, given: number"),
+    ({"dropLabels": "UUID,device"}, "- dropLabels: Invalid type. Expected: array, given: string"),
+    ({"dropLabels": ["UUID", "gpu"]}, "- dropLabels.1: Must not validate the schema (not)"),
+    ({"hostnameLabelName": "HOSTNAME"}, "- hostnameLabelName: hostnameLabelName must be one of"),
+]
+
+
+@pytest.mark.parametrize(("values", "error"), SCHEMA_ERRORS, ids=[
+    yaml.safe_dump(v, default_flow_style=True).strip() for v, _ in SCHEMA_ERRORS])
+def test_schema_error_names_the_flag_value(helm: str, values: dict[str, Any], error: str,
+                                           tmp_path: Path) -> None:
+    """helm's own message names the value and what is wrong with it."""
+    result = helm_template(helm, CHART, write_values(tmp_path, "bad", values), check=False)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert error in result.stderr, result.stderr
+
+
+def test_schema_drop_labels_are_the_exporters() -> None:
+    """dropLabels' schema refuses exactly what the exporter's --drop-labels refuses: its list
+    of labels that tell series apart (label_drop.REFUSED), names that are not label names or
+    are Prometheus's own (__*), and commas (the value is joined with them)."""
+    items = json.loads((CHART / "values.schema.json").read_text())[
+        "properties"]["dropLabels"]["items"]
+    assert items["not"]["enum"] == sorted(REFUSED)
+    pattern = re.compile(items["pattern"])  # RE2 and Python agree on this one
+    for name in ("UUID", "pci_bus_id", "Hostname", "hostname", "DCGM_FI_DRIVER_VERSION",
+                 "app_kubernetes_io_name", "_", "_x", "_1", "x1", "__name__", "__", "1gpu",
+                 "pci-bus-id", "UUID,device", "a b", "", "é"):
+        assert (pattern.fullmatch(name) is not None) is (refusal(name) is None), name
+
+
+def test_extra_args_still_override_the_flag_values(helm: str, tmp_path: Path) -> None:
+    """extraArgs come after the chart's args and the last occurrence of a flag wins: what
+    operators set through extraArgs before these values existed keeps working."""
+    extra = ["--web-max-connections=64", "--config-check-interval=0", "--drop-labels=UUID"]
+    text = helm_template(helm, CHART, write_values(tmp_path, "v", {"extraArgs": extra})).stdout
+    daemonset = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "DaemonSet")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-3:] == extra
+    config, _ = parse_config(container["args"], {"NODE_NAME": "node-a"})
+    assert config.web_max_connections == 64 and config.config_check_interval_ms == 0
+    assert config.drop_labels == {"UUID"}
 
 
 def test_gpu_node_selection_off(rendered: dict[str, Rendered]) -> None:
