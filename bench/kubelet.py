@@ -667,10 +667,10 @@ def section_large(node: Node, args: argparse.Namespace) -> str:
         verdict = "met" if median(p99) <= TARGET_LARGE_P99_RATIO else "MISSED"
         out += ["", f"- p99 large / 110 pods: {median(p99):.2f} ({min(p99):.2f}..{max(p99):.2f}"
                 f"); target <= {TARGET_LARGE_P99_RATIO:.2f}: {verdict}"]
-        for label, rows in (("control / 110 pods", beside), ("large / control", None)):
-            pairs = zip(small, beside, strict=True) if rows is not None else \
-                zip(beside, large, strict=True)
-            ratios = [ratio(b[0].p99_ms, a[0].p99_ms) for a, b in pairs]
+        for label, base, other in (("control / 110 pods", small, beside),
+                                   ("large / control", beside, large)):
+            ratios = [ratio(b[0].p99_ms, a[0].p99_ms)
+                      for a, b in zip(base, other, strict=True)]
             out.append(f"- p99 {label}: {median(ratios):.2f} "
                        f"({min(ratios):.2f}..{max(ratios):.2f})")
     return "\n".join(out)
@@ -750,7 +750,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.serve_large is not None:  # the large section's fake kubelet, in its own process
         asyncio.run(serve_large(args.serve_large, args.large_pods))
-        return
+        return 0
     if args.pull_large is not None:  # the large section's control
         asyncio.run(pull_large(args.pull_large, args.large_interval))
         return 0

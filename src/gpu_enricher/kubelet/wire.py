@@ -5,17 +5,14 @@ threads plus two more on the first channel (22 threads on a 192-CPU node, sized 
 which no option, variable, affinity or cgroup limit changes), adds ~21 MiB of RSS on import,
 and copies a received message while holding the GIL (~0.55 ms per MB: 27 ms for a 50 MB
 `List`). The pod-resources API needs two unary calls on a local socket: a request is one
-HEADERS and one DATA frame, an answer HEADERS, DATA and trailers. This module frames them
-(RFC 9113: one stream, flow control, SETTINGS and PING acknowledged, GOAWAY and RST_STREAM,
-padding, CONTINUATION), `hpack` codes the header blocks, and the gRPC rules are kept
+HEADERS and one DATA frame, an answer HEADERS, DATA and trailers. `frames` builds and reads
+the frames, `hpack` codes the header blocks; this module keeps the stream's rules (flow
+control, SETTINGS and PING acknowledged, GOAWAY and RST_STREAM, CONTINUATION) and gRPC's
 (PROTOCOL-HTTP2.md in grpc/grpc): the 5-byte message prefix, `grpc-timeout`, `grpc-status` /
-`grpc-message`, and the HTTP status mapping for answers that are not gRPC. `h2` did the
-framing until it proved to cost ~40 µs a frame, 0.15 s of CPU per 50 MB answer (issue 13,
-defect 2): a frame here is split with a few integer operations.
+`grpc-message`, and the HTTP status mapping for answers that are not gRPC.
 
 One connection per call: nothing idle to go stale (a restarted kubelet is found at once, no
-GOAWAY or keepalive to handle), at the cost of one local connect per `List`. The thread gives
-the GIL away between received chunks (`gil_pacer`), so the event loop waits for it only briefly.
+GOAWAY or keepalive to handle), at the cost of one local connect per `List`.
 """
 
 import contextlib
@@ -29,7 +26,30 @@ from urllib.parse import unquote
 
 from hpack import Decoder, Encoder, HPACKError
 
-from ..worker import gil_pacer
+from .frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    ENABLE_PUSH,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    MAX_HEADER_LIST_SIZE,
+    PING,
+    PRIORITY,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    ConnectionClosed,
+    FrameReader,
+    ProtocolError,
+    client_start,
+    frame,
+    unpadded,
+)
 
 SOCKET_MISSING: Final = "SOCKET_MISSING"  # reason labels next to gRPC's status code names
 SOCKET_ERROR: Final = "SOCKET_ERROR"
@@ -49,23 +69,12 @@ _HTTP_STATUS_CODES: Final = {400: "INTERNAL", 401: "UNAUTHENTICATED", 403: "PERM
 """An HTTP status other than 200, as gRPC maps it (doc/http-grpc-status-mapping.md); UNKNOWN
 for the rest."""
 
-RECEIVE_CHUNK: Final = 256 << 10
 WINDOW: Final = 16 << 20
 """Flow-control window, per stream and for the connection: a large answer streams without
 waiting for a WINDOW_UPDATE every 64 KiB (HTTP/2's default); both are topped up once half is
 used."""
-MAX_FRAME: Final = 16_384
-"""HTTP/2's default largest frame, which we keep (grpc-go writes no larger DATA frames)."""
 MAX_HEADER_LIST: Final = 64 << 10
-PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 STREAM: Final = 1  # the one stream of a connection
-
-# Frame types and flags (RFC 9113, section 6).
-DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, \
-    CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
-ENABLE_PUSH, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE = 0x2, 0x4, 0x6
-
 
 Message = bytearray | mmap.mmap
 """An answer's message: a large one in memory mapped for it alone (`message_buffer`)."""
@@ -149,7 +158,7 @@ class _Answer:
         self._view[self._filled:end] = view
         self._filled = end
 
-    def result(self) -> "Message":
+    def result(self) -> Message:
         """The message, or the error the answer stands for."""
         http_status = self.headers.get(b":status", b"")
         # A "trailers-only" answer (an error before any message) has its status in the headers.
@@ -207,6 +216,9 @@ class UnaryChannel:
         except TimeoutError:
             raise KubeletError("DEADLINE_EXCEEDED", f"DEADLINE_EXCEEDED: no answer to {method} "
                                f"within {timeout_seconds:g}s") from None
+        except ConnectionClosed:
+            raise KubeletError("UNAVAILABLE", f"UNAVAILABLE: the kubelet closed the connection "
+                               f"before answering {method}") from None
         except (ProtocolError, HPACKError) as exc:
             raise KubeletError("UNAVAILABLE", "UNAVAILABLE: the kubelet's socket does not speak "
                                f"HTTP/2 as gRPC does ({exc})") from None
@@ -230,27 +242,22 @@ class UnaryChannel:
             (b"grpc-timeout", f"{min(int(timeout_seconds * 1000), 99_999_999)}m".encode()),
         ])
         sock.sendall(b"".join((
-            PREFACE,
-            frame(SETTINGS, 0, 0, b"".join(
-                key.to_bytes(2, "big") + value.to_bytes(4, "big") for key, value in (
-                    (ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, WINDOW),
-                    (MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)))),
-            frame(WINDOW_UPDATE, 0, 0, (WINDOW - 65_535).to_bytes(4, "big")),
+            client_start({ENABLE_PUSH: 0, INITIAL_WINDOW_SIZE: WINDOW,
+                          MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST}, WINDOW),
             frame(HEADERS, END_HEADERS, STREAM, headers),
             frame(DATA, END_STREAM, STREAM,
                   b"\x00" + len(request).to_bytes(4, "big") + request),
         )))
         answer = _Answer(method, self.max_receive_bytes)
         try:
-            return self._receive(sock, answer, method, deadline)
+            return self._receive(sock, answer, deadline)
         except BaseException:
             answer.release()
             raise
 
     @staticmethod
-    def _receive(sock: socket.socket, answer: _Answer, method: str,
-                 deadline: float) -> Message:
-        reader = _FrameReader(sock, deadline, method)
+    def _receive(sock: socket.socket, answer: _Answer, deadline: float) -> Message:
+        reader = FrameReader(sock, deadline)
         decoder = Decoder(MAX_HEADER_LIST)
         unacknowledged = 0  # DATA bytes received since the last WINDOW_UPDATE
         while not answer.ended:
@@ -304,63 +311,3 @@ class UnaryChannel:
         return answer.result()
 
 
-class ProtocolError(Exception):
-    """The peer broke HTTP/2's framing rules."""
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + \
-        stream.to_bytes(4, "big") + payload
-
-
-def unpadded(payload: memoryview, flags: int) -> memoryview:
-    """A DATA or HEADERS payload without its padding (RFC 9113, section 6.1)."""
-    if not flags & PADDED:
-        return payload
-    if not payload or payload[0] >= len(payload):
-        raise ProtocolError("padding longer than its frame")
-    return payload[1:len(payload) - payload[0]]
-
-
-class _FrameReader:
-    """Frames from the socket, read in large chunks: the frames of a 50 MB answer are split
-    here with a few integer operations each (h2 did the same work in ~40 µs a frame, 0.15 s
-    of the thread's CPU per 50 MB). The GIL is given away between chunks (`gil_pacer`)."""
-
-    def __init__(self, sock: socket.socket, deadline: float, method: str) -> None:
-        self._sock = sock
-        self._deadline = deadline
-        self._method = method
-        self._buffer = bytearray(RECEIVE_CHUNK)
-        self._view = memoryview(self._buffer)
-        self._start = self._end = 0
-        self._maybe_pause = gil_pacer()
-
-    def next(self) -> tuple[int, int, int, memoryview]:
-        """(type, flags, stream, payload); the payload is valid until the next call."""
-        self._fill(9)
-        head = self._buffer[self._start:self._start + 9]
-        size = int.from_bytes(head[:3], "big")
-        if size > MAX_FRAME:
-            raise ProtocolError(f"a frame of {size:,} bytes, above the {MAX_FRAME:,} allowed")
-        self._fill(9 + size)
-        payload = self._view[self._start + 9:self._start + 9 + size]
-        self._start += 9 + size
-        return head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFF_FFFF, payload
-
-    def _fill(self, need: int) -> None:
-        """At least `need` bytes from `_start` in the buffer."""
-        if self._end - self._start >= need:
-            return
-        # Move what is left to the front (less than one frame), then receive after it.
-        left = self._end - self._start
-        self._buffer[:left] = self._buffer[self._start:self._end]
-        self._start, self._end = 0, left
-        while self._end < need:
-            self._sock.settimeout(max(self._deadline - time.monotonic(), 0.001))
-            received = self._sock.recv_into(self._view[self._end:])
-            if not received:
-                raise KubeletError("UNAVAILABLE", "UNAVAILABLE: the kubelet closed the "
-                                   f"connection before answering {self._method}")
-            self._end += received
-            self._maybe_pause()
