@@ -6,6 +6,10 @@ MIG instances (the fake NVML library's UUIDs) and 110 pods (the kubelet's defaul
 UUID), some with a sidecar container, and 54 pods without GPUs (daemonsets and services with
 1-3 containers; a few hold `example.com/rdma` devices).
 
+`--gpu-devices ID,...` (with `--gpu-resource`, default `nvidia.com/gpu`): the GPU-holding pods
+hold these devices instead, one pod each (a real node's GPU UUIDs; the rest of the 110 pods
+as before).
+
 `--churn N`: after every v1 `List` answer, N of the GPU-holding pods are replaced by pods of
 new names holding the same devices (one churn event = one pod gone + one new pod), so pod
 names never repeat. The replacement runs right after the answer is handed to gRPC (the
@@ -23,6 +27,7 @@ import asyncio
 import json
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +107,14 @@ def _rs_hash(i: int) -> str:
 class Node:
     """The node's pods; `churn(n)` replaces n GPU pods by new names (round robin over slots)."""
 
-    def __init__(self) -> None:
+    def __init__(self, devices: Sequence[str] = (), resource: str = MIG_RESOURCE) -> None:
         self._names_made = 0
         self.names_seen: set[str] = set()
         self.churn_events = 0
         self._next_slot = 0
-        devices = [mig_uuid(g, gi) for g in range(GPUS) for gi in range(1, MIG_PER_GPU + 1)]
+        self.resource = resource
+        devices = list(devices) or [mig_uuid(g, gi) for g in range(GPUS)
+                                    for gi in range(1, MIG_PER_GPU + 1)]
         # One slot per MIG device: (namespace, workload, rs hash, sidecar, device, pod name).
         self._gpu_slots: list[tuple[str, str, str, str | None, str]] = []
         self._gpu_names: list[str] = []
@@ -146,14 +153,14 @@ class Node:
         for (namespace, _, _, sidecar, device), name in zip(self._gpu_slots, self._gpu_names,
                                                             strict=True):
             main = "main" if sidecar is None else "app"
-            result.append(PodAssignment(namespace, name, main, MIG_RESOURCE, (device,)))
+            result.append(PodAssignment(namespace, name, main, self.resource, (device,)))
             if sidecar is not None:
                 result.append(PodAssignment(namespace, name, sidecar, "", ()))
         return result + self._static
 
     def allocatable(self) -> list[AllocatableDevices]:
         return [
-            AllocatableDevices(MIG_RESOURCE, tuple(s[4] for s in self._gpu_slots)),
+            AllocatableDevices(self.resource, tuple(s[4] for s in self._gpu_slots)),
             AllocatableDevices(RDMA_RESOURCE, tuple(f"rdma-{i}" for i in range(RDMA_DEVICES))),
         ]
 
@@ -183,8 +190,7 @@ class ChurningKubelet(FakeKubelet):
         self.set_assignments(self.node.assignments())
 
 
-async def serve(socket_path: Path, churn: int) -> dict[str, Any]:
-    node = Node()
+async def serve(socket_path: Path, churn: int, node: Node) -> dict[str, Any]:
     kubelet = ChurningKubelet(socket_path, node, churn)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -206,13 +212,20 @@ def main() -> int:
     parser.add_argument("--socket", type=Path, required=True, help="unix socket path to serve")
     parser.add_argument("--churn", type=int, default=0,
                         help="GPU pods replaced by new names after every List (default 0)")
+    parser.add_argument("--gpu-devices", default="",
+                        help="comma-separated device IDs the GPU pods hold, one each (default: "
+                             "the 56 MIG instances of the fake library's 8 GPUs)")
+    parser.add_argument("--gpu-resource", default="nvidia.com/gpu",
+                        help="the resource of --gpu-devices (default nvidia.com/gpu)")
     parser.add_argument("--print-mig-env", action="store_true",
                         help="print the FAKE_NVML_MIG value for this node and exit")
     args = parser.parse_args()
     if args.print_mig_env:
         print(fake_nvml_mig_env())
         return 0
-    stats = asyncio.run(serve(args.socket, args.churn))
+    devices = [d.strip() for d in args.gpu_devices.split(",") if d.strip()]
+    node = Node(devices, args.gpu_resource) if devices else Node()
+    stats = asyncio.run(serve(args.socket, args.churn, node))
     print(json.dumps(stats), flush=True)
     return 0
 

@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,11 +89,12 @@ class KubeletProc:
     """bench/fake_kubelet_proc.py in its own process; `stop()` returns its exit stats."""
 
     def __init__(self, socket_path: Path, churn: int, cpus: set[int] | None,
-                 extra_pods: int | None = None) -> None:
+                 extra_pods: int | None = None, gpu_devices: Sequence[str] = ()) -> None:
         self.socket_path = socket_path
         self.churn = churn
         self.cpus = cpus
         self.extra_pods = extra_pods
+        self.gpu_devices = tuple(gpu_devices)
         self.proc: subprocess.Popen[str] | None = None
         self.answer_bytes = 0
 
@@ -107,7 +109,7 @@ class KubeletProc:
         argv = ([PYTHON, str(BENCH / "kubelet.py"), "--serve-large", str(self.socket_path),
                  "--large-pods", str(self.extra_pods)] if self.extra_pods is not None else
                 [PYTHON, str(BENCH / "fake_kubelet_proc.py"), "--socket", str(self.socket_path),
-                 "--churn", str(self.churn)])
+                 "--churn", str(self.churn), "--gpu-devices", ",".join(self.gpu_devices)])
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, preexec_fn=pin)
         assert self.proc.stdout is not None
