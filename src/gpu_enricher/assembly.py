@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from .backend import GpuBackend
 from .collector import Collector, CollectorOptions
-from .config import BUILTIN_SCENARIO, Config
+from .config import BUILTIN_SCENARIO, KUBELET_LIST_MAX_WAIT_SECONDS, Config
 from .counters import CounterLine
 from .podlabels import PodLabelPolicy
 
@@ -49,7 +49,9 @@ def make_assignments(config: Config, socket: Path | None = None) -> "KubeletSour
     return KubeletSource(
         PodResourcesClient(socket or config.kubelet_socket, timeout),
         KubeletOptions(max_age_seconds=max(3 * interval, 2 * timeout),
-                       extra_resources=config.extra_resources),
+                       extra_resources=config.extra_resources,
+                       list_cpu_budget=config.kubelet_list_cpu_budget,
+                       list_max_wait_seconds=KUBELET_LIST_MAX_WAIT_SECONDS),
     )
 
 

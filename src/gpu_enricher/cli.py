@@ -28,6 +28,7 @@ from .config import (
 from .flag_values import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
+    DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_HEADER_TIMEOUT_MS,
     FALSE_WORDS,
@@ -37,6 +38,7 @@ from .flag_values import (
     parse_address,
     parse_bool,
     parse_config_check_interval,
+    parse_cpu_budget,
     parse_driver_names,
     parse_drop_labels,
     parse_gpu_id_type,
@@ -127,6 +129,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
     config = Config(
         kubernetes=kubernetes or simulate is not None,
         kubelet_socket=get("pod-resources-kubelet-socket", Path, DEFAULT_KUBELET_SOCKET),
+        kubelet_list_cpu_budget=get("kubelet-list-cpu-budget", parse_cpu_budget,
+                                    DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT / 100),
         gpu_id_type=get("kubernetes-gpu-id-type", parse_gpu_id_type, "uid"),
         extra_resources=get("nvidia-resource-names", parse_names, frozenset()),
         virtual_gpus=switch("kubernetes-virtual-gpus"),

@@ -8,6 +8,8 @@ BUILTIN_SCENARIO: Final = "builtin"
 DEFAULT_KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_PROC_ROOT: Final = Path("/proc")
 DEFAULT_KUBELET_LOG_ROOT: Final = Path("/var/log")
+KUBELET_LIST_MAX_WAIT_SECONDS: Final = 60.0
+"""The longest --kubelet-list-cpu-budget makes a List wait: pod labels are never older."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,7 @@ class Config:
     simulate: str | None = None  # None: real NVML; BUILTIN_SCENARIO or a YAML path
     kubernetes: bool = False  # pod labels from the kubelet's pod-resources API
     kubelet_socket: Path = DEFAULT_KUBELET_SOCKET
+    kubelet_list_cpu_budget: float = 0.02  # of one core; 0: a List every pass
     gpu_id_type: str = "uid"  # dcgm-exporter's flag; both ID families are recognised anyway
     extra_resources: frozenset[str] = frozenset()  # --nvidia-resource-names
     virtual_gpus: bool = False

@@ -60,6 +60,21 @@ parse_window = whole_number("window", 1)
 """A count window, as dcgm-exporter's -x and clock-events window."""
 
 
+DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT: Final = 2.0
+
+
+def parse_cpu_budget(text: str) -> float:
+    """A share of one core in percent (`2`, `0.5`), from 0 (no limit) to 100; the fraction."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise UsageError(f"invalid CPU budget {text!r}: expected a percentage of one core, "
+                         "e.g. 2") from None
+    if not 0 <= value <= 100:  # also NaN
+        raise UsageError(f"CPU budget {text.strip()} is not between 0 and 100 percent")
+    return value / 100
+
+
 def parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in TRUE_WORDS:

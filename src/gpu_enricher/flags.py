@@ -15,18 +15,20 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from . import __version__
-from .config import BUILTIN_SCENARIO
+from .config import BUILTIN_SCENARIO, KUBELET_LIST_MAX_WAIT_SECONDS
 from .dcgm_flags import DCGM_EXPORTER_FLAGS, DcgmFlag
 from .flag_values import (
     DEFAULT_ADDRESS,
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
+    DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_HEADER_TIMEOUT_MS,
     ArgumentsError,
     parse_address,
     parse_bool,
     parse_config_check_interval,
+    parse_cpu_budget,
     parse_driver_names,
     parse_drop_labels,
     parse_gpu_id_type,
@@ -94,6 +96,12 @@ OPTIONS: Final = (
     Option("pod-resources-kubelet-socket", None, Path,
            "the kubelet's pod-resources socket (default "
            "/var/lib/kubelet/pod-resources/kubelet.sock); it may appear after start", "PATH"),
+    Option("kubelet-list-cpu-budget", None, parse_cpu_budget,
+           "the most CPU the kubelet's List may take, as a percentage of one core over time: "
+           "when one List's receive and parse cost C seconds, the next waits C/budget (at "
+           f"most {KUBELET_LIST_MAX_WAIT_SECONDS:.0f} s; the last answer is used meanwhile); "
+           "only answers of tens of MB (tens of thousands of pods) reach it; 0: a List every "
+           f"pass (default {DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT:g})", "PERCENT"),
     Option("kubernetes-gpu-id-type", None, parse_gpu_id_type,
            "uid (default) or device-name (GKE); both device-ID families are recognised "
            "whatever this says", "uid|device-name"),

@@ -148,6 +148,18 @@ def kubelet_families(pods: AssignmentSnapshot, extra_resources: Collection[str])
     return families
 
 
+def kubelet_list_families(cpu_seconds: float | None, deferred: int) -> list[Metric]:
+    """The List's cost and the passes --kubelet-list-cpu-budget made use the last answer."""
+    return [
+        _family(f"{P}kubelet_list_cpu_seconds", "gauge",
+                "CPU the last kubelet List took to receive and parse (the client's thread).",
+                [] if cpu_seconds is None else [([], cpu_seconds)]),
+        _family(f"{P}kubelet_lists_deferred", "counter",
+                "Passes that used the last List answer to stay within "
+                "--kubelet-list-cpu-budget.", [([], deferred)]),
+    ]
+
+
 def allocation_family(snapshot: NodeSnapshot, attribution: Attribution) -> Metric:
     """Every holder of every device, whatever the series show (shared devices included)."""
     by_index = {g.identity.index: g for g in snapshot.gpus}

@@ -53,6 +53,9 @@ DROP_LABELS = ["UUID", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "app_kubernetes_i
 FLAG_VALUES: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "slowFieldsInterval": ("--slow-fields-interval",
                            operator.attrgetter("slow_fields_interval_ms"), 0),
+    # A percentage in the chart and on the command line, a fraction in Config.
+    "kubeletListCpuBudget": ("--kubelet-list-cpu-budget",
+                             lambda c: round(c.kubelet_list_cpu_budget * 100, 6), 0.5),
     "xidCountWindowSize": ("--xid-count-window-size", operator.attrgetter("xid_window_ms"),
                            60000),
     "clockEventsCountWindowSize": ("--clock-events-count-window-size",
@@ -120,6 +123,7 @@ ALL_FEATURES: dict[str, Any] = {
     "debug": True,
     "logFormat": "json",
     "slowFieldsInterval": 0,
+    "kubeletListCpuBudget": 0.5,
     "xidCountWindowSize": 60000,
     "clockEventsCountWindowSize": 120000,
     "hostnameLabelName": "hostname",
@@ -764,6 +768,7 @@ def test_all_flags_reach_the_container(rendered: dict[str, Rendered]) -> None:
                  "--kubernetes-enable-pod-uid",
                  f"--kubernetes-dra-driver-names={','.join(DRA_DRIVERS)}",
                  "--slow-fields-interval=0", "--xid-count-window-size=60000",
+                 "--kubelet-list-cpu-budget=0.5",
                  "--clock-events-count-window-size=120000", "--hostname-label-name=hostname",
                  f"--drop-labels={','.join(DROP_LABELS)}", "--config-check-interval=0",
                  "--web-read-header-timeout=2500", "--web-idle-timeout=3600000",
@@ -858,6 +863,8 @@ def test_schema_minimum_is_the_exporters(name: str, helm: str, tmp_path: Path) -
 
 SCHEMA_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({"webMaxConnections": -5}, "- webMaxConnections: Must be greater than or equal to 1"),
+    ({"kubeletListCpuBudget": 150},
+     "- kubeletListCpuBudget: Must be less than or equal to 100"),
     ({"configCheckInterval": "5s"},
      "- configCheckInterval: Invalid type. Expected: integer, given: string"),
     ({"webIdleTimeout": 1.5}, "- webIdleTimeout: Invalid type. Expected: integer, given: number"),

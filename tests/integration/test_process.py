@@ -100,8 +100,35 @@ def test_simulated_node_serves_dcgm_metrics(exporters: list[Exporter]) -> None:
     # The simulated pods come through the in-process fake kubelet and the real client.
     assert ',container="pytorch",namespace="ml",pod="llm-trainer-0"}' in body
     assert 'pod="notebook-alice"' in body and value(body, "gpu_enricher_kubelet_up") == 1
+    # The List's cost is measured; a node of a few pods never meets the CPU budget.
+    assert 0 < value(body, "gpu_enricher_kubelet_list_cpu_seconds") < 0.05
+    assert value(body, "gpu_enricher_kubelet_lists_deferred_total") == 0
     code, _ = exp.stop()
     assert code == 0
+
+
+def test_a_tiny_kubelet_list_cpu_budget_spaces_the_lists_and_keeps_the_labels(
+        exporters: list[Exporter]) -> None:
+    """The flag reaches the kubelet source: at 0.01 % of a core the simulated kubelet's ~1 ms
+    List makes the next wait ~10 s; passes meanwhile use the last answer, past the labels' max
+    age of 1 s at -c 200 (max(3 intervals, 2 deadlines of 0.5 s))."""
+    exp = Exporter(["--simulate", "-c", "200", "--kubelet-list-cpu-budget", "0.01"], {})
+    exporters.append(exp)
+    exp.wait_ready()
+    deadline = time.monotonic() + 15
+    while True:
+        _, body = get(exp.base + "/metrics")
+        age = value(body, "gpu_enricher_kubelet_assignments_age_seconds")
+        if (age or 0) > 2.0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert age is not None and age > 2.0, body
+    assert value(body, "gpu_enricher_collections_total", source="kubelet") == 1
+    assert (value(body, "gpu_enricher_kubelet_lists_deferred_total") or 0) >= 5
+    assert 'pod="notebook-alice"' in body and value(body, "gpu_enricher_kubelet_up") == 1
+    code, err = exp.stop()
+    assert code == 0
+    assert err.count("within --kubelet-list-cpu-budget 0.01%") == 1, err
 
 
 def test_standard_process_and_python_metrics_refresh_each_cycle(

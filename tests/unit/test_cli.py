@@ -342,6 +342,30 @@ def test_hostname_label_name_flag() -> None:
     assert "--hostname-label-name Hostname|hostname" in build_parser().format_help()
 
 
+def test_kubelet_list_cpu_budget_is_a_percentage_of_one_core() -> None:
+    assert parse_config([], {})[0].kubelet_list_cpu_budget == 0.02
+    for argv, env, fraction in (
+            (["--kubelet-list-cpu-budget", "0.5"], {}, 0.005),
+            (["--kubelet-list-cpu-budget=5%"], {}, 0.05),
+            (["--kubelet-list-cpu-budget", "0"], {}, 0.0),
+            ([], {"GPU_ENRICHER_KUBELET_LIST_CPU_BUDGET": "100"}, 1.0)):
+        assert parse_config(argv, env)[0].kubelet_list_cpu_budget == pytest.approx(fraction)
+    assert "--kubelet-list-cpu-budget PERCENT" in build_parser().format_help()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("-1", "CPU budget -1 is not between 0 and 100 percent"),
+    ("101", "CPU budget 101 is not between 0 and 100 percent"),
+    ("nan", "CPU budget nan is not between 0 and 100 percent"),
+    ("lots", "invalid CPU budget 'lots': expected a percentage of one core, e.g. 2"),
+])
+def test_bad_kubelet_list_cpu_budget_exits_2_with_one_line(
+        value: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([f"--kubelet-list-cpu-budget={value}"]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpu-enricher: error: --kubelet-list-cpu-budget={value}: {message}"]
+
+
 def test_web_server_bounds() -> None:
     config, _ = parse_config([], {})
     assert (config.web_read_header_timeout_ms, config.web_idle_timeout_ms,

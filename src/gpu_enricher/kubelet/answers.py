@@ -33,6 +33,9 @@ class ListResult:
     claims: tuple[ClaimAllocation, ...] = ()  # always empty from v1alpha1
     pods: frozenset[tuple[str, str]] = frozenset()
     """(namespace, pod) of every pod that holds one of `assignments` or `claims`."""
+    cpu_seconds: float = 0.0
+    """CPU the client's thread spent receiving and parsing the answer (set by the client)."""
+    answer_bytes: int = 0  # the answer's size (set by the client)
 
 
 Keep = Callable[[str, Sequence[str]], bool]

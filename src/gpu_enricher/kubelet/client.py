@@ -16,7 +16,9 @@ the kubelet again, so passes never pile them up.
 """
 
 import asyncio
+import dataclasses
 import logging
+import time
 from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
@@ -79,9 +81,14 @@ class PodResourcesClient:
         return self._unary(LIST_METHODS["v1alpha1"]), "v1alpha1"
 
     def _list_now(self, keep: Keep | None, may_keep: MayKeep | None) -> ListResult:
+        # This thread's CPU only: the kubelet's time to answer and the GIL pacer's pauses do
+        # not count against --kubelet-list-cpu-budget.
+        started = time.thread_time()
         wire, api = self._fetch()
         try:
-            return decode_list(wire, api, keep, may_keep)
+            result = decode_list(wire, api, keep, may_keep)
+            return dataclasses.replace(result, cpu_seconds=time.thread_time() - started,
+                                       answer_bytes=len(wire))
         except DecodeError as exc:
             raise KubeletError("INTERNAL",
                                f"INTERNAL: the List answer does not parse: {exc}") from None

@@ -9,6 +9,13 @@ they come from the same `List` answer, so they are kept and dropped together.
 Only assignments that can name a GPU are kept (`names_a_gpu`), chosen on the client's parse
 thread: a node with thousands of pods holding RDMA or SR-IOV devices would otherwise have
 every collection pass match all of them on the event loop (issue 13, defect 2).
+
+A `List` costs CPU in proportion to the answer (2-4 ms per MB received and parsed: 0.1-0.2 s for
+the 50 MB of a node with tens of thousands of pods), taken from the core that also serves scrapes.
+`list_cpu_budget` bounds it as a share of one core: after a List that cost C seconds the next
+waits C / budget (capped), and passes in between use the last answer, so the exporter never
+spends a whole core on a huge node ("exporters that eat whole cores"; issue 13, defect 2:
+/metrics p99 under load while a 50 MB answer is processed).
 """
 
 import logging
@@ -32,8 +39,8 @@ from ..model import (
     PodAssignment,
     SourceHealth,
 )
-from ..selfmetrics import kubelet_families
-from .answers import Keep, MayKeep
+from ..selfmetrics import kubelet_families, kubelet_list_families
+from .answers import Keep, ListResult, MayKeep
 from .client import PodResourcesClient
 from .wire import SOCKET_MISSING, KubeletError
 
@@ -89,6 +96,8 @@ class KubeletOptions:
     allocatable_every_seconds: float = 60.0
     extra_resources: frozenset[str] = frozenset()
     retry_max_seconds: float = 30.0
+    list_cpu_budget: float = 0.0  # share of one core the Lists may take; 0: a List every pass
+    list_max_wait_seconds: float = 60.0  # the longest the budget defers a List
 
 
 class KubeletSource:
@@ -117,6 +126,10 @@ class KubeletSource:
         self._failures = 0
         self._retry_at = 0.0
         self._last_error: str | None = None
+        self._next_list_at = 0.0
+        self._budget_wait = 0.0
+        self.deferred = 0
+        self.last_list_cpu_seconds: float | None = None
         self.collections = 0
         self.errors: Counter[str] = Counter()
         self.last_duration: float | None = None
@@ -130,6 +143,9 @@ class KubeletSource:
         now = self._clock()
         if now < self._retry_at:
             return
+        if now < self._next_list_at:  # within the CPU budget: the last answer stands
+            self.deferred += 1
+            return
         started = time.perf_counter()
         try:
             result = await self.client.list(self._keep, self._may_keep)
@@ -140,6 +156,7 @@ class KubeletSource:
         self._claims = result.claims
         self._track_pods(result.pods)
         self._api = result.api
+        self._pace(now, result)
         self._fetched_at = now
         self._up = True
         self._failures = 0
@@ -157,6 +174,23 @@ class KubeletSource:
                 self._allocatable_at = now
             except KubeletError as exc:  # retried next cycle; the assignments stand
                 self.errors[exc.code] += 1
+
+    def _pace(self, now: float, result: ListResult) -> None:
+        """When the next List may run, for the Lists to stay within the CPU budget."""
+        cpu_seconds = self.last_list_cpu_seconds = result.cpu_seconds
+        budget = self.options.list_cpu_budget
+        wait = 0.0 if budget <= 0 else min(cpu_seconds / budget,
+                                           self.options.list_max_wait_seconds)
+        if (wait >= 1.0) != (self._budget_wait >= 1.0):  # log when the spacing starts or ends
+            if wait >= 1.0:
+                log.info("a kubelet List answer of %s bytes costs %.3f s of CPU: one List per "
+                         "%.1f s at most, within --kubelet-list-cpu-budget %g%%",
+                         f"{result.answer_bytes:,}", cpu_seconds, wait, 100 * budget)
+            else:
+                log.info("kubelet List cost back to %.3f s of CPU: a List every pass again",
+                         cpu_seconds)
+        self._budget_wait = wait
+        self._next_list_at = now + wait
 
     def _track_pods(self, listed: Iterable[tuple[str, str]]) -> None:
         """Remember in which `List` answer each pod first appeared (forgotten once gone); a pod
@@ -186,8 +220,9 @@ class KubeletSource:
     def snapshot(self) -> AssignmentSnapshot:
         now = self._clock()
         age = None if self._fetched_at is None else now - self._fetched_at
-        if age is not None and age > self.options.max_age_seconds:
-            # Better no pod labels than possibly wrong ones.
+        if age is not None and age > self.options.max_age_seconds + self._budget_wait:
+            # Better no pod labels than possibly wrong ones. A List the budget deferred is
+            # not a failure: the age limit counts from when the next List was due.
             return AssignmentSnapshot((), None, self._up, self._allocatable, self._api, claims=())
         return AssignmentSnapshot(self._assignments, age, self._up, self._allocatable, self._api,
                                   self._pod_age, self._claims)
@@ -200,6 +235,7 @@ class KubeletSource:
     def families(self) -> list[Metric]:
         snapshot = self.snapshot()
         return [*kubelet_families(snapshot, self.options.extra_resources),
+                *kubelet_list_families(self.last_list_cpu_seconds, self.deferred),
                 claim_devices_family(snapshot.claims)]
 
     async def close(self) -> None:
