@@ -34,14 +34,21 @@ def build_fake_nvml(build_dir: Path = DEFAULT_BUILD_DIR) -> Path:
     return path
 
 
+def clean_env() -> dict[str, str]:
+    """This environment without the fake library's and the exporter's settings: an exporter
+    on the host's own libnvidia-ml (a real GPU node)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FAKE_NVML_", "GPU_ENRICHER_", "DCGM_EXPORTER_"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 def fake_env(lib: Path, gpus: int = GPU_COUNT, extra: Mapping[str, str] | None = None,
              ) -> dict[str, str]:
     """The environment of a process that loads the fake library: nothing else FAKE_NVML_*."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FAKE_NVML_", "GPU_ENRICHER_", "DCGM_EXPORTER_"))}
+    env = clean_env()
     env["LD_LIBRARY_PATH"] = str(lib.parent)
     env["FAKE_NVML_GPU_COUNT"] = str(gpus)
-    env["PYTHONUNBUFFERED"] = "1"
     if extra:
         env.update(extra)
     return env

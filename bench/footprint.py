@@ -37,6 +37,7 @@ from _common import (
     ROOT,
     Server,
     build_fake_nvml,
+    clean_env,
     exporter_argv,
     fake_env,
     free_port,
@@ -74,19 +75,11 @@ class Steady:
 _POD_SERIES = re.compile(rb'^DCGM_FI_\w+\{[^}]*\bpod="[^"]', re.M)
 
 
-def real_env() -> dict[str, str]:
-    """The environment of an exporter on the host's own libnvidia-ml."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FAKE_NVML_", "GPU_ENRICHER_", "DCGM_EXPORTER_"))}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def make(mode: str, lib: Path | None, interval_ms: int, kubelet_socket: Path) -> Server:
     port = free_port()
     extra = {"simulate": ["--simulate"],
              "kubelet": ["-k", "--pod-resources-kubelet-socket", str(kubelet_socket)]}
-    env = real_env() if lib is None else fake_env(lib)
+    env = clean_env() if lib is None else fake_env(lib)
     return Server(mode, exporter_argv(port, interval_ms, extra.get(mode, [])), env, port)
 
 
@@ -95,7 +88,7 @@ def real_gpu_uuids() -> list[str]:
     out = subprocess.run(
         [PYTHON, "-c", "import pynvml as n; n.nvmlInit(); print(*(n.nvmlDeviceGetUUID("
          "n.nvmlDeviceGetHandleByIndex(i)) for i in range(n.nvmlDeviceGetCount())))"],
-        env=real_env(), capture_output=True, text=True, check=True).stdout
+        env=clean_env(), capture_output=True, text=True, check=True).stdout
     return out.split()
 
 
@@ -222,7 +215,7 @@ def main() -> int:
               f"| {st.hwm_mib:.1f} | {st.scrape_cpu_pct:.2f} | {st.idle_cpu_pct:.2f} "
               f"| {st.threads} | {st.pod_series} |")
     if args.baselines:
-        env = real_env() if lib is None else fake_env(lib)
+        env = clean_env() if lib is None else fake_env(lib)
         print("\n| the same interpreter | RSS MiB |\n|---|---:|")
         for what, code in _BASELINES:
             print(f"| {what} | {baseline_rss_mib(code, env):.1f} |")

@@ -24,7 +24,8 @@ instance each. Sections (`--sections`, default all three):
           under wrk (plain, `--duration` s) with the exporter at `-c` `--large-interval` (1000:
           a List per second), `--large-rounds` interleaved rounds. Target: p99 within 10 %.
           The large answer runs twice: at the default --kubelet-list-cpu-budget (2 %: a List
-          per ~5 s of this size) and with the budget off (a List every pass). A fourth row is
+          per its CPU / 0.02, ~9 s for this answer on the 2-core bench machine) and with the
+          budget off (a List every pass). A fourth row is
           a control: the exporter on the 110-pod answer while a process beside
           wrk (on its CPUs) pulls the large answer at the same rate, so the fake kubelet's
           sending of it loads wrk's side as in the large row, and the exporter does none of

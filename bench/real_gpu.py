@@ -24,8 +24,7 @@ import subprocess
 import sys
 import time
 
-from _common import PYTHON, Server, exporter_argv, free_port, http_get
-from footprint import real_env
+from _common import PYTHON, Server, clean_env, exporter_argv, free_port, http_get
 
 # DCGM field -> nvidia-smi's --query-gpu name for the same quantity, in the same unit.
 FIELDS: dict[str, str] = {
@@ -104,7 +103,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--load", action="store_true", help="also under a PyTorch bf16 load")
     args = parser.parse_args()
-    env = real_env()
+    env = clean_env()
 
     def exporter(*extra: str) -> Server:
         port = free_port()

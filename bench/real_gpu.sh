@@ -18,7 +18,7 @@ fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # Bytecode first, as an installed package has it (pip compiles at install): run from a source
 # tree where PYTHONDONTWRITEBYTECODE=1 (the device image sets it), every start compiles every
-# module and keeps ~14 MiB more (66.9 against 81.6 MiB on an H100, docs/real-gpu.md).
+# module and keeps ~14 MiB more (81.7 against 67.0 MiB on an H100, docs/real-gpu.md).
 python3 -m compileall -q src bench ${PYTHONPATH//:/ } >/dev/null
 [ -d .devtools/bin ] && export PATH=$PWD/.devtools/bin:$PATH
 [ -d .devtools/fake-nvml ] && export BENCH_BUILD_DIR=$PWD/.devtools

@@ -126,8 +126,7 @@ class KubeletSource:
         self._failures = 0
         self._retry_at = 0.0
         self._last_error: str | None = None
-        self._next_list_at = 0.0
-        self._budget_wait = 0.0
+        self._budget_wait = 0.0  # after the last good List, how long the next waits
         self.deferred = 0
         self.last_list_cpu_seconds: float | None = None
         self.collections = 0
@@ -143,7 +142,8 @@ class KubeletSource:
         now = self._clock()
         if now < self._retry_at:
             return
-        if now < self._next_list_at:  # within the CPU budget: the last answer stands
+        if self._fetched_at is not None and now < self._fetched_at + self._budget_wait:
+            # within the CPU budget: the last answer stands
             self.deferred += 1
             return
         started = time.perf_counter()
@@ -156,7 +156,7 @@ class KubeletSource:
         self._claims = result.claims
         self._track_pods(result.pods)
         self._api = result.api
-        self._pace(now, result)
+        self._pace(result)
         self._fetched_at = now
         self._up = True
         self._failures = 0
@@ -175,8 +175,9 @@ class KubeletSource:
             except KubeletError as exc:  # retried next cycle; the assignments stand
                 self.errors[exc.code] += 1
 
-    def _pace(self, now: float, result: ListResult) -> None:
-        """When the next List may run, for the Lists to stay within the CPU budget."""
+    def _pace(self, result: ListResult) -> None:
+        """How long after this List the next may run, for the Lists to stay within the CPU
+        budget."""
         cpu_seconds = self.last_list_cpu_seconds = result.cpu_seconds
         budget = self.options.list_cpu_budget
         wait = 0.0 if budget <= 0 else min(cpu_seconds / budget,
@@ -190,7 +191,6 @@ class KubeletSource:
                 log.info("kubelet List cost back to %.3f s of CPU: a List every pass again",
                          cpu_seconds)
         self._budget_wait = wait
-        self._next_list_at = now + wait
 
     def _track_pods(self, listed: Iterable[tuple[str, str]]) -> None:
         """Remember in which `List` answer each pod first appeared (forgotten once gone); a pod
