@@ -36,16 +36,16 @@ from typing import Any
 
 from _common import DEFAULT_BUILD_DIR, GPU_COUNT, ROOT, build_fake_nvml, median, set_plan
 
-from gpu_enricher.cli import default_counters_path
-from gpu_enricher.collector import Collector, CollectorOptions
-from gpu_enricher.counters import CounterLine, load_counters, plan_counters
-from gpu_enricher.fields import PROFILING_FIELDS
-from gpu_enricher.flag_values import parse_drop_labels
-from gpu_enricher.join import PodContext, dcgm_families
+from gpu_enricher.cli.flag_values import parse_drop_labels
+from gpu_enricher.cli.main import default_counters_path
+from gpu_enricher.collector.loop import Collector, CollectorOptions
+from gpu_enricher.exposition.join import PodContext, dcgm_families
+from gpu_enricher.exposition.ownmetrics import OwnMetrics
+from gpu_enricher.exposition.render import Exposition
+from gpu_enricher.exposition.selfmetrics import self_families
+from gpu_enricher.fields.counters import CounterLine, load_counters, plan_counters
+from gpu_enricher.fields.table import PROFILING_FIELDS
 from gpu_enricher.model import NodeSnapshot
-from gpu_enricher.ownmetrics import OwnMetrics
-from gpu_enricher.render import Exposition
-from gpu_enricher.selfmetrics import self_families
 
 TARGET_RENDER_MS = 2.0
 REAL_COST_INTERVALS_MS = (1000, 5000)  # -c 1000, and the default interval
@@ -78,7 +78,7 @@ def mig_spec(gpus: int, instances: int) -> str:
 
 def measure(fake: Any, passes: int, warmup: int, mig: str | None, profile: bool,
             gpus: int = GPU_COUNT, drop: frozenset[str] = frozenset()) -> Timings:
-    from gpu_enricher.nvml import NvmlBackend
+    from gpu_enricher.nvml.backend import NvmlBackend
 
     os.environ["FAKE_NVML_GPU_COUNT"] = str(gpus)
     if mig is None:
@@ -168,7 +168,7 @@ def cost_group(field_name: str) -> str:
 def slow_interval_s() -> float | None:
     """The backend's default slow-reading interval, when it has one (else every pass
     reads everything)."""
-    from gpu_enricher.nvml import NvmlBackend
+    from gpu_enricher.nvml.backend import NvmlBackend
 
     param = inspect.signature(NvmlBackend).parameters.get("slow_interval_seconds")
     if param is None or not isinstance(param.default, int | float):
@@ -189,7 +189,7 @@ def cost_run(fake: Any, gpus: int, lines: Sequence[CounterLine], passes: int, wa
     """`NvmlBackend.sample()` on this thread with the cost profile on. every_pass: slow
     readings refreshed every pass (slow interval 0); else the backend's default cadence,
     whose refresh falls in the first (warm-up) pass."""
-    from gpu_enricher.nvml import NvmlBackend
+    from gpu_enricher.nvml.backend import NvmlBackend
 
     os.environ.pop("FAKE_NVML_MIG", None)
     os.environ["FAKE_NVML_GPU_COUNT"] = str(gpus)

@@ -1,6 +1,6 @@
 """A standalone fake kubelet: pod-resources gRPC on a unix socket for a dense MIG node.
 
-Serves `gpu_enricher.kubelet.fake_server.FakeKubelet` with a node of 8 GPUs x 7 `1g.10gb`
+Serves `gpu_enricher.sim.fake_kubelet.server.FakeKubelet` with a node of 8 GPUs x 7 `1g.10gb`
 MIG instances (the fake NVML library's UUIDs) and 110 pods (the kubelet's default max-pods):
 56 pods each holding one MIG instance (`nvidia.com/mig-1g.10gb`, device id = the MIG device
 UUID), some with a sidecar container, and 54 pods without GPUs (daemonsets and services with
@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpu_enricher.kubelet.fake_server import FakeKubelet
 from gpu_enricher.model import AllocatableDevices, PodAssignment
+from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
 
 GPUS = 8
 MIG_PER_GPU = 7

@@ -93,8 +93,8 @@ def real_gpu_uuids() -> list[str]:
 
 
 # What the exporter process is made of, each in a fresh interpreter that prints its VmRSS.
-_EXPORTER_IMPORTS = ("import gpu_enricher.cli, gpu_enricher.app, gpu_enricher.assembly, "
-                     "gpu_enricher.kubelet.source, gpu_enricher.websecurity")
+_EXPORTER_IMPORTS = ("import gpu_enricher.cli.main, gpu_enricher.app, gpu_enricher.assembly, "
+                     "gpu_enricher.kubelet.source, gpu_enricher.web.security")
 _BASELINES = (
     ("python alone", "pass"),
     ("python + nvmlInit", "import pynvml; pynvml.nvmlInit()"),

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 
 import gpu_enricher.app
-from gpu_enricher.cli import main
+from gpu_enricher.cli.main import main
 
 if __name__ == "__main__":
     kind = sys.argv.pop(1)

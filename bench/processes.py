@@ -219,7 +219,7 @@ def pod_json(pod: BenchPod, pad_bytes: int, labels: dict[str, str] | None = None
              ) -> dict[str, Any]:
     """The API server's object, padded with a last-applied-configuration annotation to about
     `pad_bytes` of JSON (real pods are several KiB: managed fields, env, probes, volumes)."""
-    from gpu_enricher.kube.fake_objects import pod_object
+    from gpu_enricher.sim.fake_api.objects import pod_object
 
     obj = pod_object(pod.meta(labels), NODE)
     size = len(json.dumps(obj))
@@ -291,8 +291,8 @@ current-context: bench
 async def serve_fakes(directory: Path, pad_bytes: int) -> None:
     """Commands on stdin, one per line: `churn RATE` (events/s), `stop` (answers
     `stopped EVENTS`), `quit` or EOF."""
-    from gpu_enricher.kube.fake_server import FakeKubeApi
-    from gpu_enricher.kubelet.fake_server import FakeKubelet
+    from gpu_enricher.sim.fake_api.server import FakeKubeApi
+    from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
 
     node = build_node()
     kubelet = FakeKubelet(directory / "kubelet.sock")
@@ -435,16 +435,16 @@ def _series(text: bytes) -> int:
 
 async def measure_pass(fake: Any, node: BenchNode, tmp: Path, cycles: int, warmup: int,
                        cold_reads: int, pad_bytes: int) -> PassTimes:
-    from gpu_enricher.cli import default_counters_path
-    from gpu_enricher.collector import Collector, CollectorOptions
-    from gpu_enricher.counters import load_counters, plan_counters
-    from gpu_enricher.cycle import compose
-    from gpu_enricher.kube.fake_server import FakeKubeApi
+    from gpu_enricher.attribution.podlogs import LogNameSource
+    from gpu_enricher.attribution.proc_source import ProcessSource, gpu_pids
+    from gpu_enricher.attribution.procfs import ProcReader
+    from gpu_enricher.cli.main import default_counters_path
+    from gpu_enricher.collector.cycle import compose
+    from gpu_enricher.collector.loop import Collector, CollectorOptions
+    from gpu_enricher.fields.counters import load_counters, plan_counters
     from gpu_enricher.kube.source import PodWatchOptions, PodWatchSource
-    from gpu_enricher.nvml import NvmlBackend
-    from gpu_enricher.podlogs import LogNameSource
-    from gpu_enricher.proc_source import ProcessSource, gpu_pids
-    from gpu_enricher.procfs import ProcReader
+    from gpu_enricher.nvml.backend import NvmlBackend
+    from gpu_enricher.sim.fake_api.server import FakeKubeApi
 
     os.environ["FAKE_NVML_GPU_COUNT"] = str(GPUS)
     os.environ["FAKE_NVML_PROCESSES"] = node.nvml_spec()

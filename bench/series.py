@@ -180,7 +180,7 @@ def main() -> int:
         head += " with --drop-labels: plain B | gzip B | plain saved |"
         rule += "---:|---:|---:|"
     print(f"Series per node, {args.pods} pods, bundled default counters "
-          f"({ROOT.name}/src/gpu_enricher/default-counters.csv):\n\n{head}\n{rule}")
+          f"({ROOT.name}/src/gpu_enricher/fields/default-counters.csv):\n\n{head}\n{rule}")
     for n, (node, procs, s) in enumerate(rows):
         line = (f"| {node.name} | {'on' if procs else 'off'} | {s.total('dcgm'):,} "
                 f"| {s.total('process'):,} | {s.total('own'):,} | {s.total():,} "

@@ -1,5 +1,6 @@
 """Shared fixtures. Under CI=true a missing external tool fails the test instead of skipping."""
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -25,6 +26,19 @@ def require_tool(name: str) -> str:
             pytest.fail(f"CI=true and {message}")
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(autouse=True)
+def root_logger_restored() -> Iterator[None]:
+    """Tests that call `cli.main.main()` in-process configure the root logger as the process
+    would (a stderr handler, level INFO); put it back, so that a later test's caplog sees only
+    what that test would see alone (tests/kube/ ran after tests/cli/ once the folders mirrored
+    the packages, and caught an INFO line the root level had let through)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)  # also clears the loggers' cached levels
 
 
 def pytest_report_header() -> str:

@@ -5,7 +5,7 @@ Both belong to another project and are never copied into this repository. Where 
 `../shared/reference/` lies beside the checkout (CI has it), the tests read the real files there.
 Elsewhere (a fresh clone) they read the facts this repository keeps about them in `tests/data/`:
 the counters' field names and Prometheus types, active and commented out; the dashboard's panel
-titles, queries and units and its variables. tests/unit/test_reference_data.py keeps those facts
+titles, queries and units and its variables. tests/fields/test_reference_data.py keeps those facts
 equal to the real files wherever the real files exist. Under CI=true a missing real file fails
 the test that wanted it: CI proves compatibility against the files themselves.
 
@@ -116,7 +116,7 @@ def format_counter_facts(facts: tuple[CounterFact, ...]) -> str:
         "# Facts about dcgm-exporter's default counters file (etc/default-counters.csv), not the\n"
         "# file: each line naming a field, in the file's order, as `state field type`. `active`\n"
         "# lines are read by dcgm-exporter, `commented` ones are there but commented out.\n"
-        "# tests/unit/test_reference_data.py keeps this equal to the file where it is at hand.\n"
+        "# tests/fields/test_reference_data.py keeps this equal to the file where it is at hand.\n"
         f"# Regenerate: {REGENERATE}\n"
     )
     width = max(len(f.field) for f in facts)
@@ -225,7 +225,7 @@ def format_dashboard_facts(facts: DashboardFacts) -> str:
         "about": ("Facts about Grafana dashboard 12239 (NVIDIA DCGM Exporter Dashboard, "
                   "grafana/dcgm-exporter-dashboard.json in dcgm-exporter), not the dashboard: "
                   "each panel's title, type, unit and queries, and the variables. "
-                  "tests/unit/test_reference_data.py keeps them equal to the file where it is "
+                  "tests/fields/test_reference_data.py keeps them equal to the file where it is "
                   f"at hand. Regenerate: {REGENERATE}"),
         "panels": [{"title": p.title, "type": p.type, "unit": p.unit, "exprs": list(p.exprs)}
                    for p in facts.panels],

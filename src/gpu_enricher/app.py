@@ -14,18 +14,18 @@ from aiohttp import web
 
 from .assembly import make_assignments, make_backend, make_collector, simulated_cluster
 from .backend import GpuBackend
-from .collector import Collector
+from .collector.loop import Collector
 from .config import Config
-from .connguard import ConnectionGuard, ConnectionLimits, GuardedSite, make_room_for
-from .counters import CounterLine
+from .fields.counters import CounterLine
 from .reload import ConfigReloader
-from .server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
+from .web.connguard import ConnectionGuard, ConnectionLimits, GuardedSite, make_room_for
+from .web.server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
 
 if TYPE_CHECKING:
     import ssl
 
-    from .sim_cluster import SimulatedCluster
-    from .websecurity import WebSecurity
+    from .sim.cluster import SimulatedCluster
+    from .web.security import WebSecurity
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +185,8 @@ def run(config: Config, counters: tuple[CounterLine, ...],
         app = make_app(collector, cluster)
         live = None
         if security is not None:  # --web-config-file: basic auth and headers; TLS below
-            from .live_security import LiveWebSecurity
-            from .server import install_web_security
+            from .web.live_security import LiveWebSecurity
+            from .web.server import install_web_security
 
             live = LiveWebSecurity(security)
             install_web_security(app, live)

@@ -6,29 +6,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .attribution.podlabels import PodLabelPolicy
 from .backend import GpuBackend
-from .collector import Collector, CollectorOptions
+from .collector.loop import Collector, CollectorOptions
 from .config import BUILTIN_SCENARIO, KUBELET_LIST_MAX_WAIT_SECONDS, Config
-from .counters import CounterLine
-from .podlabels import PodLabelPolicy
+from .fields.counters import CounterLine
 
 if TYPE_CHECKING:
+    from .attribution.podlogs import LogNameSource
+    from .attribution.proc_source import ProcessSource
+    from .health.xid import XidSnapshot
     from .kubelet.source import KubeletSource
     from .model import PodDirectory, SliceDirectory
-    from .podlogs import LogNameSource
-    from .proc_source import ProcessSource
-    from .sim_cluster import SimulatedCluster
+    from .sim.cluster import SimulatedCluster
     from .sources import Source
-    from .xid import XidSnapshot
 
 
 def make_backend(config: Config) -> GpuBackend:
     if config.simulate is None:
-        from .nvml import NvmlBackend
+        from .nvml.backend import NvmlBackend
 
         return NvmlBackend(slow_interval_seconds=config.slow_fields_interval_ms / 1000)
-    from .scenario import builtin_scenario, load_scenario
-    from .simulated import SimulatedBackend
+    from .sim.backend import SimulatedBackend
+    from .sim.scenario import builtin_scenario, load_scenario
 
     scenario = (
         builtin_scenario() if config.simulate == BUILTIN_SCENARIO
@@ -90,11 +90,11 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
 def simulated_cluster(backend: GpuBackend, config: Config) -> "SimulatedCluster | None":
     """The simulated node's kubelet, Kubernetes API and /proc, in a private temporary
     directory."""
-    from .simulated import SimulatedBackend
+    from .sim.backend import SimulatedBackend
 
     if not isinstance(backend, SimulatedBackend):
         return None
-    from .sim_cluster import SimulatedCluster
+    from .sim.cluster import SimulatedCluster
 
     return SimulatedCluster(backend.scenario, config.node_name)
 
@@ -132,13 +132,13 @@ def make_slice_source(config: Config,
 
 def make_xid_source(config: Config, backend: GpuBackend) -> "Source[XidSnapshot]":
     """XID events: NVML's event thread, or the simulated node's scripted XIDs."""
-    from .simulated import SimulatedBackend
+    from .sim.backend import SimulatedBackend
 
     if isinstance(backend, SimulatedBackend):
-        from .sim_xids import SimulatedXids
+        from .sim.xids import SimulatedXids
 
         return SimulatedXids(backend.scenario)
-    from .nvml_events import XidSource
+    from .nvml.events import XidSource
 
     return XidSource(window_seconds=config.xid_window_ms / 1000)
 
@@ -146,7 +146,7 @@ def make_xid_source(config: Config, backend: GpuBackend) -> "Source[XidSnapshot]
 def make_process_sources(config: Config) -> "tuple[LogNameSource | None, ProcessSource | None]":
     if not config.reads_proc:
         return None, None
-    from .podlogs import LogNameSource
-    from .proc_source import ProcessSource
+    from .attribution.podlogs import LogNameSource
+    from .attribution.proc_source import ProcessSource
 
     return LogNameSource(config.kubelet_log_root), ProcessSource(config.proc_root)

@@ -4,7 +4,7 @@ the counters file and the web config together.
 
 Nothing is torn down: /metrics keeps serving the running exposition until the collector has
 rendered a whole pass with the new counters (Collector.use_counters), and new connections and
-requests meet the new web config as soon as it is in force (live_security.py). A file that is
+requests meet the new web config as soon as it is in force (web/live_security.py). A file that is
 wrong keeps the whole running configuration, is logged once and counted, and
 `gpu_enricher_config_reload_success` reads 0 until a reload succeeds, as Prometheus reports its
 own reloads.
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from .collector import Collector
-from .counters import CounterLine, CountersFileError, load_counters
-from .live_security import LiveWebSecurity, fixed_setting_changed, watched_files
-from .ownmetrics import CONFIG
-from .pacing import wait_event
-from .webconfig import WebConfigError, load_web_config
-from .websecurity import WebSecurity, web_security
+from .collector.loop import Collector
+from .collector.pacing import wait_event
+from .exposition.ownmetrics import CONFIG
+from .fields.counters import CounterLine, CountersFileError, load_counters
+from .web.config import WebConfigError, load_web_config
+from .web.live_security import LiveWebSecurity, fixed_setting_changed, watched_files
+from .web.security import WebSecurity, web_security
 
 log = logging.getLogger(__name__)
 

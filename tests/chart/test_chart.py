@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_enricher.cli import parse_config
+from gpu_enricher.cli.flag_values import UsageError
+from gpu_enricher.cli.main import parse_config
 from gpu_enricher.config import Config
-from gpu_enricher.flag_values import UsageError
-from gpu_enricher.label_drop import REFUSED, refusal
+from gpu_enricher.exposition.label_drop import REFUSED, refusal
 from tests.conftest import ROOT, require_tool
 
 CHART = ROOT / "helm" / "gpu-enricher"
@@ -297,7 +297,7 @@ def kubernetes_versions() -> list[str]:
 def test_default_counters_copy_is_identical() -> None:
     """The chart's default counters are the package's own (a chart cannot read outside itself)."""
     copy = CHART / "files" / "default-counters.csv"
-    original = ROOT / "src" / "gpu_enricher" / "default-counters.csv"
+    original = ROOT / "src" / "gpu_enricher" / "fields" / "default-counters.csv"
     assert filecmp.cmp(copy, original, shallow=False), \
         f"{copy} differs from {original}: cp {original} {copy}"
 
@@ -803,7 +803,7 @@ def test_all_flags_reach_the_container(rendered: dict[str, Rendered]) -> None:
 
 def test_flag_values_default_to_the_exporters_defaults(rendered: dict[str, Rendered]) -> None:
     """values.yaml's defaults are rendered, each flag once, and are the exporter's own: the pods
-    run as the exporter would with none of these flags (a changed default in flag_values.py
+    run as the exporter would with none of these flags (a changed default in cli/flag_values.py
     fails here until values.yaml follows). An empty dropLabels renders no flag."""
     args = rendered["defaults"].container["args"]
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())

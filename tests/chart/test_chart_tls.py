@@ -21,9 +21,10 @@ import bcrypt
 import pytest
 import yaml
 
-from gpu_enricher.cli import parse_config
-from gpu_enricher.webconfig import parse_web_config
-from gpu_enricher.websecurity import load_web_security
+from gpu_enricher.cli.main import parse_config
+from gpu_enricher.web.config import parse_web_config
+from gpu_enricher.web.security import load_web_security
+from tests.app.test_process import free_port
 from tests.chart.test_chart import (
     CHART,
     CUSTOM_RESOURCES,
@@ -35,9 +36,8 @@ from tests.chart.test_chart import (
     write_values,
 )
 from tests.conftest import ROOT, require_tool
-from tests.integration.test_process import free_port
-from tests.integration.test_simulate_cleanup import spawned as spawned  # the fixture
 from tests.pki import SecretVolume, make_ca, make_leaf
+from tests.sim.test_simulate_cleanup import spawned as spawned  # the fixture
 
 SERVICE_DNS = f"{RELEASE}-gpu-enricher.{NAMESPACE}.svc"  # the default serverName
 WEB_CONFIG_SECRET = f"{RELEASE}-gpu-enricher-web-config"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from .. import names
+from ..fields import names
 from ..model import SliceDevice, SliceDirectory
 from ..sources import Source
 from .client import ListWatchCalls

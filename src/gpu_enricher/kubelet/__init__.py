@@ -1,12 +1,12 @@
-"""The kubelet's pod-resources API: protobuf stubs, a stub generator and a fake kubelet server.
+"""The kubelet's pod-resources API: which pod and container holds each GPU, MIG instance,
+time-sliced replica and DRA claim, asked once per pass (`source.py`) over the kubelet's unix
+socket by our own gRPC-over-HTTP/2 client, no gRPC C core (`client.py`, `wire.py`,
+`frames.py`), on a thread that gives the GIL back often (`gil.py`); its answers are parsed
+apart from the I/O (`answers.py`).
+
+May import: `model`, `worker`, `fields`, `attribution` (device-ID forms) and `exposition` (its
+own metric families). Imported by: `assembly` only; `sim.fake_kubelet` uses the stubs.
 
 `_generated/` holds the Python stubs made by `protogen` from `protos/podresources/`; regenerate
 them with `tox -e protos` (or `python -m gpu_enricher.kubelet.protogen`), never by hand.
 """
-
-import os
-
-# gRPC's C core writes to stderr in its own format, past Python's logging and --log-format
-# json: an INFO line for each GOAWAY a stopping kubelet sends, for one. Only its errors, unless
-# the operator sets GRPC_VERBOSITY; set before this package imports grpc (read at its start).
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Final
 
-from ..worker import gil_pacer
+from .gil import gil_pacer
 
 RECEIVE_CHUNK: Final = 256 << 10
 MAX_FRAME: Final = 16_384

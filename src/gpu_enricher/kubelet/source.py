@@ -29,8 +29,9 @@ from typing import Final
 
 from prometheus_client.metrics_core import Metric
 
-from .. import names
-from ..devices import is_gpu_resource, parse_device_id
+from ..attribution.devices import is_gpu_resource, parse_device_id
+from ..exposition.selfmetrics import kubelet_families, kubelet_list_families
+from ..fields import names
 from ..model import (
     AllocatableDevices,
     AssignmentSnapshot,
@@ -39,7 +40,6 @@ from ..model import (
     PodAssignment,
     SourceHealth,
 )
-from ..selfmetrics import kubelet_families, kubelet_list_families
 from .answers import Keep, ListResult, MayKeep
 from .client import PodResourcesClient
 from .wire import SOCKET_MISSING, KubeletError

@@ -1,0 +1,8 @@
+"""The command line: gpu-enricher's flags and every flag of dcgm-exporter's (`flags.py`,
+`dcgm_flags.py`), their values (`flag_values.py`) and environment variables turned into one
+`Config`, logging and exit codes (`main.py`, the `gpu-enricher` entry point), and
+`gpu-enricher inspect`, which reads the query API of a running exporter (`inspect.py`).
+
+May import: every part; `main.py` hands the `Config` to `app` and `assembly`. Imported by:
+`__main__` and the `gpu-enricher` script only.
+"""

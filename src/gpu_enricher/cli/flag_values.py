@@ -1,0 +1,153 @@
+"""The values gpu-enricher's flags take: one parser each, raising UsageError with a message
+that says what was expected. Pure: no environment, no I/O."""
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from ..exposition.label_drop import refusal
+
+DEFAULT_ADDRESS: Final = ":9400"
+DEFAULT_INTERVAL_MS: Final = 5000
+MIN_INTERVAL_MS: Final = 100
+# Go's strconv.ParseBool spellings (dcgm-exporter's) plus yes/no/on/off; compared lowercased.
+TRUE_WORDS: Final = frozenset({"1", "t", "true", "yes", "on"})
+FALSE_WORDS: Final = frozenset({"0", "f", "false", "no", "off", ""})
+
+
+class UsageError(Exception):
+    pass
+
+
+class ArgumentsError(UsageError):
+    """The command line itself is wrong (unknown flag, missing value): usage follows."""
+
+
+def parse_address(text: str) -> tuple[str | None, int]:
+    """`:9400`, `0.0.0.0:9400`, `[::1]:9400`, `localhost:9400` → (host or None, port)."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"invalid address {text!r}: expected [HOST]:PORT, e.g. :9400")
+    host = host.strip("[]")
+    return (host or None), int(port_text)
+
+
+def whole_number(what: str, minimum: int, unit: str = "ms") -> Callable[[str], int]:
+    """A parser of a whole number of `unit` ("ms" or none) from `minimum` up; `what` names the
+    flag's meaning in its errors."""
+    expected = "milliseconds" if unit == "ms" else "a whole number"
+    suffix = f" {unit}" if unit else ""
+    why = ("is negative" if minimum == 0 else "must be positive" if minimum == 1
+           else f"is below the minimum {minimum}{suffix}")
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise UsageError(f"invalid {what} {text!r}: expected {expected}") from None
+        if value < minimum:
+            raise UsageError(f"{what} {value}{suffix} {why}")
+        return value
+
+    return parse
+
+
+parse_interval = whole_number("collect interval", MIN_INTERVAL_MS)
+parse_slow_interval = whole_number("slow-fields interval", 0)
+parse_config_check_interval = whole_number("config check interval", 0)
+parse_window = whole_number("window", 1)
+"""A count window, as dcgm-exporter's -x and clock-events window."""
+
+
+DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT: Final = 2.0
+
+
+def parse_cpu_budget(text: str) -> float:
+    """A share of one core in percent (`2`, `0.5`), from 0 (no limit) to 100; the fraction."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise UsageError(f"invalid CPU budget {text!r}: expected a percentage of one core, "
+                         "e.g. 2") from None
+    if not 0 <= value <= 100:  # also NaN
+        raise UsageError(f"CPU budget {text.strip()} is not between 0 and 100 percent")
+    return value / 100
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    raise UsageError(f"invalid boolean {text!r}: expected true or false")
+
+
+def parse_gpu_id_type(text: str) -> str:
+    if text not in ("uid", "device-name"):
+        raise UsageError(f"invalid kubernetes GPU id type {text!r}: expected uid or device-name")
+    return text
+
+
+def parse_names(text: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def parse_driver_names(text: str) -> frozenset[str]:
+    names = parse_names(text)
+    if not names:
+        raise UsageError("no DRA driver names: give at least one, e.g. gpu.nvidia.com")
+    return names
+
+
+def parse_drop_labels(text: str) -> frozenset[str]:
+    """Label names to leave off every series; one that tells series apart is refused
+    (exposition/label_drop.py says which and why)."""
+    labels = parse_names(text)
+    for name in sorted(labels):
+        why = refusal(name)
+        if why is not None:
+            raise UsageError(f"label {name!r} cannot be dropped: {why}")
+    return labels
+
+
+def parse_regexes(text: str) -> tuple[str, ...]:
+    """dcgm-exporter's comma-separated allowlist; each must compile."""
+    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return patterns
+
+
+def parse_hostname_label_name(text: str) -> str:
+    """`Hostname` (dcgm-exporter's releases) or `hostname` (its main branch, #655)."""
+    if text not in ("Hostname", "hostname"):
+        raise UsageError(f"invalid hostname label name {text!r}: expected Hostname or hostname")
+    return text
+
+
+def parse_log_format(text: str) -> str:
+    if text not in ("text", "json"):
+        raise UsageError(f"invalid log format {text!r}: expected text or json")
+    return text
+
+
+def parse_optional_path(text: str) -> Path | None:
+    """A path; empty (dcgm-exporter's default for --web-config-file) is none."""
+    return Path(text) if text.strip() else None
+
+
+DEFAULT_READ_HEADER_TIMEOUT_MS: Final = 10_000
+DEFAULT_IDLE_TIMEOUT_MS: Final = 120_000  # a 60 s scrape interval keeps its connection
+DEFAULT_MAX_CONNECTIONS: Final = 1024
+
+
+# The web server's bounds: 0 would switch a protection off, which is not offered (a large
+# value loosens one).
+parse_read_header_timeout = whole_number("read-header timeout", 1)
+parse_idle_timeout = whole_number("idle timeout", 1)
+parse_max_connections = whole_number("connection limit", 1, unit="")

@@ -1,0 +1,137 @@
+"""`gpu-enricher inspect`: the query API as two tables, `nvidia-smi` with pod columns.
+
+Fetches `/api/v1/gpus` from a running exporter (default http://localhost:9400) and prints its
+GPUs and MIG instances with their holders, then every GPU process with its pod. The
+formatting is pure (`tables`); only `fetch` does I/O.
+"""
+
+import argparse
+import contextlib
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any, Final
+
+from ..fields.convert import MIB
+
+DEFAULT_URL: Final = "http://localhost:9400"
+
+
+class InspectError(Exception):
+    pass
+
+
+def api_url(base: str, namespace: str | None, pod: str | None) -> str:
+    base = base if "://" in base else f"http://{base}"
+    url = base.rstrip("/")
+    if not url.endswith("/api/v1/gpus"):
+        url += "/api/v1/gpus"
+    params = {k: v for k, v in (("namespace", namespace), ("pod", pod)) if v}
+    return url + ("?" + urllib.parse.urlencode(params) if params else "")
+
+
+def _opener(url: str) -> urllib.request.OpenerDirector:
+    """No proxy for the exporter on this host (`kubectl exec … inspect` in a pod whose
+    environment sets HTTP_PROXY); the environment's proxies elsewhere."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener()
+
+
+def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    try:
+        with _opener(url).open(url, timeout=timeout) as response:
+            document = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace").strip()
+        with contextlib.suppress(ValueError, AttributeError):  # not our JSON: the raw text
+            detail = json.loads(detail).get("error", detail)
+        raise InspectError(f"{url} answered {exc.code}: {detail or exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise InspectError(f"cannot reach {url}: {exc.reason}") from None
+    except (OSError, ValueError) as exc:
+        raise InspectError(f"cannot read {url}: {exc}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("gpus"), list):
+        raise InspectError(f"{url} did not answer with gpu-enricher's /api/v1/gpus document")
+    return document
+
+
+def _mib(value: Any) -> str:
+    return "-" if value is None else str(int(value) // MIB)
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{round(100 * float(value))}%"
+
+
+def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in (header, *rows)]
+
+
+def _holders(device: dict[str, Any]) -> str:
+    names = sorted({f"{h['namespace']}/{h['pod']}" for h in device.get("holders", [])})
+    return ", ".join(names) or "-"
+
+
+def tables(document: dict[str, Any]) -> str:
+    devices: list[list[str]] = []
+    processes: list[list[str]] = []
+    for gpu in document["gpus"]:
+        parts = [(gpu, "-")] + [(i, str(i["gpu_instance_id"])) for i in gpu["mig_instances"]]
+        for device, gi in parts:
+            is_gpu = device is gpu
+            memory = f"{_mib(device.get('memory_used_bytes'))} / " \
+                     f"{_mib(device.get('memory_total_bytes'))}"
+            state = "" if gpu.get("healthy", True) else " (lost)"
+            devices.append([str(gpu["index"]), gi,
+                            (gpu["model"] if is_gpu else device["profile"]) + state,
+                            memory, _pct(gpu.get("utilization_ratio")) if is_gpu else "-",
+                            _holders(device)])
+            for proc in device["processes"]:
+                allocated = {True: "yes", False: "NO", None: "-"}[proc.get("allocated")]
+                processes.append([str(gpu["index"]), gi, str(proc["pid"]), proc["name"] or "?",
+                                  _mib(proc.get("memory_used_bytes")),
+                                  _pct(proc.get("sm_utilization_ratio")),
+                                  proc.get("namespace") or "-", proc.get("pod") or "-",
+                                  proc.get("container") or "-", allocated])
+    lines = _grid(["GPU", "GI", "MODEL/PROFILE", "MEMORY MiB", "UTIL", "HELD BY"], devices)
+    lines.append("")
+    if processes:
+        lines += _grid(["GPU", "GI", "PID", "PROCESS", "MiB", "SM", "NAMESPACE", "POD",
+                        "CONTAINER", "ALLOCATED"], processes)
+    elif not document.get("process_metrics"):
+        lines.append("No processes: start the exporter with --process-metrics.")
+    else:
+        lines.append("No GPU processes.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gpu-enricher inspect",
+        description="Who holds and who uses each GPU, from a running exporter's /api/v1/gpus.")
+    parser.add_argument("--url", default=DEFAULT_URL,
+                        help=f"the exporter's base URL (default {DEFAULT_URL})")
+    parser.add_argument("--namespace", help="only the GPUs of pods in this namespace")
+    parser.add_argument("--pod", help="only the GPUs of this pod")
+    args = parser.parse_args(argv)
+    url = api_url(args.url, args.namespace, args.pod)
+    try:
+        document = fetch(url)
+    except InspectError as exc:
+        print(f"gpu-enricher inspect: {exc}", file=sys.stderr)
+        return 1
+    try:
+        text = tables(document)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        print(f"gpu-enricher inspect: {url} answered a document this version cannot read "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 0

@@ -1,0 +1,267 @@
+"""Command line and environment → Config; logging; exit codes.
+
+Flag names follow dcgm-exporter so copied DaemonSet manifests keep working. Each flag reads,
+in order: the command line, `GPU_ENRICHER_<FLAG_NAME>`, dcgm-exporter's own variable(s).
+dcgm-exporter flags we do not implement yet are accepted and log one warning when set.
+The flags themselves and their parsing are in cli/flags.py.
+"""
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from ..config import (
+    BUILTIN_SCENARIO,
+    DEFAULT_KUBELET_LOG_ROOT,
+    DEFAULT_KUBELET_SOCKET,
+    DEFAULT_PROC_ROOT,
+    Config,
+)
+from ..exposition.label_drop import unknown_warning
+from ..fields.names import HOSTNAME_LABEL_NAMES, LABEL_HOSTNAME, Hostname
+from .flag_values import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_HEADER_TIMEOUT_MS,
+    FALSE_WORDS,
+    TRUE_WORDS,
+    ArgumentsError,
+    UsageError,
+    parse_address,
+    parse_bool,
+    parse_config_check_interval,
+    parse_cpu_budget,
+    parse_driver_names,
+    parse_drop_labels,
+    parse_gpu_id_type,
+    parse_hostname_label_name,
+    parse_idle_timeout,
+    parse_interval,
+    parse_log_format,
+    parse_max_connections,
+    parse_names,
+    parse_optional_path,
+    parse_read_header_timeout,
+    parse_regexes,
+    parse_slow_interval,
+    parse_window,
+)
+from .flags import SHORT_USAGE, build_parser, compat_flags, env_names, go_style_flags
+
+log = logging.getLogger("gpu_enricher")
+
+EXIT_USAGE: Final = 2
+
+
+def default_counters_path() -> Path:
+    return Path(str(resources.files("gpu_enricher.fields").joinpath("default-counters.csv")))
+
+
+def _value(args: argparse.Namespace, long: str, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The raw text of a flag and where it came from."""
+    given = getattr(args, long.replace("-", "_"))
+    if given is not None:
+        return given, f"--{long}"
+    for name in env_names(long):
+        if name in env:
+            return env[name], name
+    return None, ""
+
+
+def _parsed(raw: str, origin: str, parse: Callable[[str], Any]) -> Any:
+    """A value parsed, its error naming where it came from: `GPU_ENRICHER_X=abc: …`."""
+    try:
+        return parse(raw)
+    except UsageError as exc:
+        raise UsageError(f"{origin}={raw}: {exc}") from None
+
+
+def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
+    warnings = []
+    for flag in compat_flags():
+        raw, origin = _value(args, flag.long, env)
+        if raw is None:
+            continue
+        if not flag.takes_value and not _parsed(raw, origin, parse_bool):
+            continue
+        if flag.takes_value and raw == flag.default:
+            continue
+        warnings.append(f"{origin}={raw!r} is a dcgm-exporter option that gpu-enricher does not "
+                        "implement yet; ignored")
+    return warnings
+
+
+def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, list[str]]:
+    """Flags + environment → Config and the warnings to log. Raises UsageError."""
+    parser = build_parser()
+    args = parser.parse_args(go_style_flags(parser, argv))
+
+    def get(long: str, parse: Callable[[str], Any], default: Any) -> Any:
+        raw, origin = _value(args, long, env)
+        return default if raw is None else _parsed(raw, origin, parse)
+
+    def switch(long: str) -> bool:
+        raw, origin = _value(args, long, env)
+        return False if raw is None else bool(_parsed(raw, origin, parse_bool))
+
+    host, port = get("address", parse_address, (None, 9400))
+    no_hostname = switch("no-hostname")
+    hostname_label = get("hostname-label-name", parse_hostname_label_name, LABEL_HOSTNAME)
+    drop_labels = get("drop-labels", parse_drop_labels, frozenset())
+    hostname = (None if no_hostname or drop_labels & set(HOSTNAME_LABEL_NAMES)  # as -n
+                else Hostname(env.get("NODE_NAME") or socket.gethostname(), hostname_label))
+    simulate, _ = _value(args, "simulate", env)
+    if simulate is not None and simulate.strip().lower() in TRUE_WORDS:  # ..._SIMULATE=true
+        simulate = BUILTIN_SCENARIO
+    elif simulate is not None and simulate.strip().lower() in FALSE_WORDS:
+        simulate = None
+    kubernetes = switch("kubernetes")
+    config = Config(
+        kubernetes=kubernetes or simulate is not None,
+        kubelet_socket=get("pod-resources-kubelet-socket", Path, DEFAULT_KUBELET_SOCKET),
+        kubelet_list_cpu_budget=get("kubelet-list-cpu-budget", parse_cpu_budget,
+                                    DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT / 100),
+        gpu_id_type=get("kubernetes-gpu-id-type", parse_gpu_id_type, "uid"),
+        extra_resources=get("nvidia-resource-names", parse_names, frozenset()),
+        virtual_gpus=switch("kubernetes-virtual-gpus"),
+        host=host,
+        port=port,
+        collectors=get("collectors", Path, default_counters_path()),
+        collect_interval_ms=get("collect-interval", parse_interval, DEFAULT_INTERVAL_MS),
+        slow_fields_interval_ms=get("slow-fields-interval", parse_slow_interval, 30000),
+        xid_window_ms=get("xid-count-window-size", parse_window, 300000),
+        clock_events_window_ms=get("clock-events-count-window-size", parse_window, 300000),
+        hostname=hostname,
+        log_format=get("log-format", parse_log_format, "text"),
+        debug=switch("debug"),
+        simulate=simulate or None,
+        # The simulated node shows every capability: process metrics unless switched off.
+        process_metrics=(switch("process-metrics")
+                         if _value(args, "process-metrics", env)[0] is not None
+                         else simulate is not None),
+        proc_root=get("proc-root", Path, DEFAULT_PROC_ROOT),
+        kubelet_log_root=get("kubelet-log-root", Path, DEFAULT_KUBELET_LOG_ROOT),
+        pod_labels=switch("kubernetes-enable-pod-labels"),
+        pod_label_allowlist=get("kubernetes-pod-label-allowlist-regex", parse_regexes, ()),
+        pod_uid=switch("kubernetes-enable-pod-uid"),
+        kubeconfig=get("kubeconfig", Path, None),
+        kubernetes_api=get("kubernetes-api", parse_bool, True),
+        dra=(switch("kubernetes-enable-dra")
+             if _value(args, "kubernetes-enable-dra", env)[0] is not None
+             else simulate is not None),
+        dra_drivers=get("kubernetes-dra-driver-names", parse_driver_names,
+                        frozenset({"gpu.nvidia.com"})),
+        node_name=env.get("NODE_NAME") or socket.gethostname(),
+        web_config_file=get("web-config-file", parse_optional_path, None),
+        config_check_interval_ms=get("config-check-interval", parse_config_check_interval, 5000),
+        web_read_header_timeout_ms=get("web-read-header-timeout", parse_read_header_timeout,
+                                       DEFAULT_READ_HEADER_TIMEOUT_MS),
+        web_idle_timeout_ms=get("web-idle-timeout", parse_idle_timeout, DEFAULT_IDLE_TIMEOUT_MS),
+        web_max_connections=get("web-max-connections", parse_max_connections,
+                                DEFAULT_MAX_CONNECTIONS),
+        drop_labels=drop_labels,
+    )
+    warnings = _unimplemented_warnings(args, env)
+    if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:
+        warnings.append(unknown)
+    asked_dra = _value(args, "kubernetes-enable-dra", env)[0] is not None
+    if config.dra and not config.reads_slices and asked_dra:
+        warnings.append("--kubernetes-enable-dra needs -k/--kubernetes (the kubelet's claims) and "
+                        "the Kubernetes API (ResourceSlices): DRA labels off")
+    if config.kube_api and not env.get("NODE_NAME") and simulate is None:
+        warnings.append(f"NODE_NAME is not set: asking the Kubernetes API for the pods of node "
+                        f"{config.node_name!r} (this host's name; in a pod that is the pod's "
+                        "name, which matches no node): set NODE_NAME from spec.nodeName")
+    if not config.kubernetes_api and (config.pod_labels or config.pod_uid):
+        warnings.append("--kubernetes-enable-pod-labels and --kubernetes-enable-pod-uid need the "
+                        "Kubernetes API, which --kubernetes-api=false switches off: no pod labels "
+                        "or UIDs")
+    return config, warnings
+
+
+DCGM_IMAGE_DIR: Final = Path("/etc/dcgm-exporter")
+
+
+def counters_path(path: Path) -> Path:
+    """dcgm-exporter's image ships its counters files in /etc/dcgm-exporter, and copied
+    manifests point there (`-f /etc/dcgm-exporter/dcp-metrics-included.csv`): when such a
+    file is absent from this image, use the bundled counters instead of crash-looping."""
+    if path.parent == DCGM_IMAGE_DIR and not path.exists():
+        log.warning("%s is a counters file of dcgm-exporter's image and is not here; using "
+                    "gpu-enricher's bundled counters (mount your own file to keep yours)", path)
+        return default_counters_path()
+    return path
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def setup_logging(log_format: str, debug: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..fields.counters import CountersFileError, load_counters
+    from ..sim.scenario import ScenarioError
+    from ..web.config import WebConfigError
+
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "inspect":
+        from .inspect import main as inspect_main
+
+        return inspect_main(args[1:])
+    try:
+        config, warnings = parse_config(args, os.environ)
+    except UsageError as exc:
+        print(f"gpu-enricher: error: {exc}", file=sys.stderr)
+        if isinstance(exc, ArgumentsError):
+            print(f"usage: {SHORT_USAGE}  (--help lists every flag)", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(config.log_format, config.debug)
+    for warning in warnings:
+        log.warning("%s", warning)
+    try:
+        config = dataclasses.replace(config, collectors=counters_path(config.collectors))
+        counters = load_counters(config.collectors)
+        security = None
+        if config.web_config_file is not None:  # before NVML: a bad file fails fast
+            from ..web.security import load_web_security
+
+            security = load_web_security(config.web_config_file)
+        from ..app import run
+        from ..assembly import make_backend
+
+        backend = make_backend(config)
+    except (CountersFileError, ScenarioError, WebConfigError) as exc:
+        print(f"gpu-enricher: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    # argv None: the process itself (not a caller in-process), which ends once serving has.
+    return run(config, counters, backend, security, exit_process=argv is None)

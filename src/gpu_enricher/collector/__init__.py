@@ -1,0 +1,11 @@
+"""The collection cycle. Each pass samples the GPU backend on one worker thread and refreshes the
+other sources (`loop.py`), joins every source's snapshot into the DCGM, event, health and
+process families and the query document (`cycle.py`, pure), renders once and swaps the bytes
+in; `/metrics` and the query API only ever read those bytes. Beside it: the pace of the passes
+(`pacing.py`), the counters plan in force (`planner.py`), what the collector is told at start
+(`options.py`) and the log lines that report a change once (`news.py`).
+
+May import: `model`, `sources`, `backend`, `worker`, `fields`, `attribution`, `exposition`,
+`health`; never NVML, the kubelet or the API server themselves, which reach it as a
+`GpuBackend` and `Source`s. Imported by: `assembly`, `app`, `reload`, `web.server`.
+"""

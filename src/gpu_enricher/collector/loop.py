@@ -1,0 +1,302 @@
+"""The collection cycle: sample the backend → join → render once → swap the bytes in.
+
+`/metrics` only reads `Collector.exposition`; it never waits on NVML. All blocking backend
+calls of a pass go to one dedicated worker thread in one hop.
+"""
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from ..backend import BackendUnavailable, GpuBackend
+from ..exposition.ownmetrics import OwnMetrics
+from ..exposition.query import Document, encode
+from ..exposition.render import Exposition
+from ..exposition.selfmetrics import allocation_family, claim_family, self_families
+from ..fields.counters import CounterLine, CounterPlan
+from ..health.clock_events import ClockEventSource
+from ..health.source import HealthSource
+from ..health.xid import XidSnapshot
+from ..model import (
+    AssignmentSnapshot,
+    GpuSnapshot,
+    NodeSnapshot,
+    PodDirectory,
+    ProcessTable,
+    SliceDirectory,
+    SourceHealth,
+)
+from ..sources import Source, SourceSet
+from ..worker import BlockingWorker
+from .cycle import CycleInputs, CycleOutputs, compose
+from .news import Unmatched, report_gpu_changes
+from .options import CollectorOptions as CollectorOptions
+from .pacing import PassSchedule
+from .planner import CounterPlanner
+
+log = logging.getLogger(__name__)
+
+WAITING_FOR_FIRST_PASS = "waiting for the first collection pass"
+MAX_REOPEN_DELAY_SECONDS = 300.0
+CLOSE_SECONDS = 0.5
+"""The longest shutdown waits for the backend's close: SIGTERM exits within 2 s."""
+
+
+class Collector:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        options: CollectorOptions,
+        *,
+        assignments: Source[AssignmentSnapshot] | None = None,
+        pods: Source[PodDirectory] | None = None,
+        logs: Source[PodDirectory] | None = None,
+        processes: Source[ProcessTable] | None = None,
+        slices: Source[SliceDirectory] | None = None,
+        xids: Source[XidSnapshot] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.backend = backend
+        self.assignments = assignments
+        self.pods = pods
+        self.logs = logs
+        self.processes = processes
+        self.slices = slices
+        self.xids = xids
+        # Clock-event counts and health verdicts come from the passes themselves: always kept
+        # (cheap, no I/O).
+        self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
+        self.gpu_health = HealthSource(options.xid_window_ms / 1000)
+        # A source's refresh may take most of a pass, never more (the kubelet's own deadline
+        # is shorter); a stuck one is abandoned and counted.
+        self._sources = SourceSet((assignments, pods, logs, processes, slices, xids,
+                                   self.clock_events, self.gpu_health),
+                                  max(1.0, options.interval_seconds))
+        self.sources = self._sources.all
+        self.options = options
+        self._join = options.join()
+        self._wall_clock = wall_clock
+        self._worker = BlockingWorker("nvml")
+        self._planner = CounterPlanner(options.counters)
+        self._schedule = PassSchedule(options.interval_seconds)
+        self.snapshot: NodeSnapshot | None = None
+        self.ready = False
+        self.not_ready_reason = WAITING_FOR_FIRST_PASS
+        """Why /ready says 503: the same words as the log line that reported it."""
+        self.running = False
+        self._opened = False
+        self._backend_error: str | None = None
+        self._lost_streak = 0  # reopens since the backend last answered a pass
+        self._collections = 0
+        self._errors: Counter[str] = Counter()
+        self._last_duration: float | None = None
+        self._last_success: float | None = None
+        self._unmatched = Unmatched()
+        self._own = OwnMetrics()
+        self.document: Document = {}
+        """The query API's view of the last pass (/api/v1/gpus)."""
+        self.document_body = b"{}"
+        """`document` encoded, once per pass: the unfiltered answer is bytes ready to serve."""
+        self.exposition = self._render()
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def plan(self) -> CounterPlan | None:
+        return self._planner.plan
+
+    def health(self) -> dict[str, SourceHealth]:
+        """Per-source health: the GPU backend and every other source."""
+        health = {
+            self.backend.name: SourceHealth(
+                up=self._opened and self._backend_error is None,
+                collections=self._collections,
+                errors=dict(self._errors),
+                last_duration_seconds=self._last_duration,
+                last_success_timestamp=self._last_success,
+            )
+        }
+        health.update(self._sources.health())
+        return health
+
+    def _inputs(self) -> CycleInputs:
+        return CycleInputs(
+            self.snapshot, self.plan,
+            self.assignments.snapshot() if self.assignments is not None else None,
+            self.pods.snapshot() if self.pods is not None else None,
+            self.logs.snapshot() if self.logs is not None else None,
+            self.processes.snapshot() if self.processes is not None else None,
+            self._last_success,
+            self.slices.snapshot() if self.slices is not None else None,
+            self.xids.snapshot() if self.xids is not None else None,
+            self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot())
+
+    def _render(self) -> Exposition:
+        """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
+        prometheus_client for the exporter's own."""
+        joined: CycleOutputs = compose(self._inputs(), self._join)
+        own = self_families(self.snapshot, self.health(), self.options.hostname,
+                            self.backend.name)
+        self._unmatched.report(
+            joined.attribution.unmatched if joined.attribution is not None else (),
+            joined.claims.unresolved if joined.claims is not None else {})
+        if joined.attribution is not None and self.snapshot is not None:
+            own.append(allocation_family(self.snapshot, joined.attribution))
+        if joined.claims is not None:
+            own += claim_family(joined.claims.claimed, joined.claims.unresolved)
+        own += self._sources.families()
+        self.document = joined.document
+        self.document_body = encode(joined.document)
+        return Exposition.from_families(joined.families, self._own.render(own))
+
+    # -- backend lifecycle ---------------------------------------------------------------
+    @property
+    def stall_limit_seconds(self) -> float:
+        if self.options.stall_seconds is not None:
+            return self.options.stall_seconds
+        return max(60.0, 10 * self.options.interval_seconds)
+
+    def stalled_for(self) -> float:
+        """How long the backend call in progress has been running (0 when none is)."""
+        started = self._worker.running_since
+        return 0.0 if started is None else time.monotonic() - started
+
+    async def _call(self, fn: Callable[[], object]) -> object:
+        return await asyncio.wrap_future(self._worker.submit(fn))
+
+    async def open_backend(self) -> None:
+        """Open the backend, retrying with capped exponential backoff and jitter."""
+        delay = self.options.retry_initial_seconds
+        while True:
+            try:
+                await self._call(self.backend.open)
+            except BackendUnavailable as exc:
+                self._errors[exc.reason] += 1
+                reason = (f"{self.backend.name} backend unavailable, retrying with backoff up "
+                          f"to {self.options.retry_max_seconds:.0f}s: {exc.message}")
+                if self._backend_error != exc.message:  # log on change, not on every retry
+                    log.error("%s", reason)
+                self._backend_error = exc.message
+                self.not_ready_reason = reason
+                self.exposition = self._render()
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, self.options.retry_max_seconds)
+                continue
+            if self._backend_error is not None and not self._lost_streak:
+                log.warning("%s backend available again", self.backend.name)
+                self.not_ready_reason = WAITING_FOR_FIRST_PASS
+            if not self._lost_streak:  # after a reopen: up once a pass answers (_sample)
+                self._backend_error = None
+            self._opened = True
+            break
+        self._planner.refresh(self.backend)
+
+    def use_counters(self, counters: tuple[CounterLine, ...]) -> None:
+        """A reloaded counters file (reload.py): planned by a pass that runs at once."""
+        self._planner.replace(counters)
+        self._schedule.now()
+
+    async def collect_once(self) -> None:
+        """One pass: NVML on its thread and the concurrent sources (the kubelet's `List`)
+        together, then the sources that need the new GPU snapshot (/proc), one render."""
+        plan = self._planner.refresh(self.backend, stale_only=True)
+        planned = [m.field for m in plan.metrics]
+        fields = plan.sampled_fields.union(self.clock_events.sampled_fields(planned),
+                                                self.gpu_health.sampled_fields(planned))
+        started = time.perf_counter()
+        concurrent = [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
+                      for s in self.sources if not s.after_gpus]
+        try:
+            await self._sample(fields, started)
+            derived: tuple[Source[object], ...] = (self.clock_events, self.gpu_health)
+            for pure in derived:  # from the pass itself, no I/O
+                await self._sources.refresh(pure, self.snapshot)
+            # /ready never waits for the kubelet: the first pass shows early if it is slow.
+            if not self.ready and not all(task.done() for task in concurrent):
+                self.exposition = self._render()
+                self.ready = True
+            for source in self.sources:
+                if source.after_gpus and source not in derived:
+                    await self._sources.refresh(source, self.snapshot)
+            await asyncio.gather(*concurrent)  # each bounded by the source set's deadline
+        finally:
+            for task in concurrent:
+                if not task.done():
+                    task.cancel()
+        self.exposition = self._render()
+        self.ready = True
+
+    async def _sample(self, fields: frozenset[str], started: float) -> None:
+        snapshot = await self._call(lambda: self.backend.sample(fields))
+        assert isinstance(snapshot, NodeSnapshot)
+        for error in snapshot.errors:
+            self._errors[error.reason] += 1
+        snapshot = report_gpu_changes(self.snapshot, snapshot)  # a GPU gone: 0 for one pass
+        self.snapshot = snapshot
+        if self._lost_streak:
+            log.warning("%s backend answers again after %d reopen(s)", self.backend.name,
+                        self._lost_streak)
+            self._lost_streak, self._backend_error = 0, None
+        self._collections += 1
+        self._last_success = self._wall_clock()
+        self._last_duration = time.perf_counter() - started
+
+    async def _reopen(self, exc: BackendUnavailable) -> None:
+        """The backend went away mid-run: every GPU reports down (its DCGM series vanish,
+        `gpu_enricher_gpu_up` goes 0) until a pass answers again. A driver that keeps failing
+        after a reopen is retried with backoff doubling from one interval to 32 (at most 5
+        minutes) and logged once, not every pass (issue 13, defect 7)."""
+        self._lost_streak += 1
+        (log.error if self._lost_streak == 1 else log.debug)(
+            "%s backend lost: %s; reopening", self.backend.name, exc.message)
+        self._errors[exc.reason] += 1
+        self._opened = False
+        self._backend_error = exc.message
+        if self.snapshot is not None:
+            self.snapshot = NodeSnapshot(
+                tuple(GpuSnapshot(g.identity, healthy=False, error=exc.message)
+                      for g in self.snapshot.gpus),
+                self.snapshot.driver_version)
+        self.exposition = self._render()
+        await self._call(self.backend.close)
+        if self._lost_streak > 1:
+            interval = self.options.interval_seconds
+            await asyncio.sleep(min(interval * 2 ** (self._lost_streak - 2), interval * 32,
+                                    MAX_REOPEN_DELAY_SECONDS))
+        await self.open_backend()
+
+    async def run(self) -> None:
+        """Start the sources, open the backend, then collect at a fixed rate, skipping slots a
+        slow pass missed."""
+        self.running = True
+        try:
+            await self._sources.start()
+            await self.open_backend()
+            while True:
+                try:
+                    await self.collect_once()
+                except BackendUnavailable as exc:  # e.g. a driver reload: start NVML over
+                    await self._reopen(exc)
+                except Exception as exc:  # a bug in one pass must not end collection for good
+                    log.exception("collection pass failed")
+                    self._errors["internal"] += 1
+                    if not self.ready:
+                        self.not_ready_reason = f"collection pass failed: {exc!r}"
+                await self._schedule.wait()
+        finally:
+            self.running = False
+            await self._sources.close()
+            # A call still running (hung in the driver) would hold the close up behind it: it
+            # is abandoned with its daemon thread (issue 13, defect 1).
+            if self._worker.running_since is None:
+                try:
+                    async with asyncio.timeout(CLOSE_SECONDS):  # not wait_for: see SourceSet
+                        await self._call(self.backend.close)
+                except TimeoutError:
+                    log.warning("closing the %s backend did not finish within %g s; leaving it",
+                                self.backend.name, CLOSE_SECONDS)
+            else:
+                log.warning("exiting with a %s call still running", self.backend.name)
+            self._worker.stop()

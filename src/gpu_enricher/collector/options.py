@@ -1,0 +1,37 @@
+"""What the collector is told at start: the interval, the host label, the counters lines, and
+the join's options (cycle.JoinOptions)."""
+
+from dataclasses import dataclass
+
+from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
+from ..fields.counters import CounterLine
+from ..health.xid import DEFAULT_WINDOW_MS
+from .cycle import JoinOptions
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorOptions:
+    interval_seconds: float
+    hostname: str | None
+    counters: tuple[CounterLine, ...]
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 60.0
+    stall_seconds: float | None = None
+    """A backend call running longer than this fails /health (a hung driver); default
+    max(60 s, 10 intervals)."""
+    virtual_gpus: bool = False
+    extra_resources: frozenset[str] = frozenset()
+    process_metrics: bool = False
+    pod_policy: PodLabelPolicy = NO_POLICY
+    dra_drivers: frozenset[str] = frozenset()
+    xid_window_ms: int = DEFAULT_WINDOW_MS
+    clock_events_window_ms: int = DEFAULT_WINDOW_MS
+    drop_labels: frozenset[str] = frozenset()
+
+    def join(self) -> JoinOptions:
+        return JoinOptions(
+            hostname=self.hostname, virtual_gpus=self.virtual_gpus,
+            extra_resources=self.extra_resources, process_metrics=self.process_metrics,
+            pod_policy=self.pod_policy, dra_drivers=self.dra_drivers,
+            xid_window_ms=self.xid_window_ms, clock_events_window_ms=self.clock_events_window_ms,
+            drop_labels=self.drop_labels)

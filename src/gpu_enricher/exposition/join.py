@@ -1,0 +1,217 @@
+"""Join a node snapshot, the counter plan and the pod attribution into dcgm-exporter's
+labelled families. Pure."""
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, EntityKey, Holder
+from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
+from ..attribution.workloads import EMPTY_INDEX, PodIndex
+from ..fields import names
+from ..fields.convert import MIB
+from ..fields.counters import CounterPlan
+from ..fields.spec import MigScope
+from ..fields.table import EVENT_FIELDS, IMPLEMENTED
+from ..model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
+from .label_drop import kept
+from .render import Family, Sample, format_value, label_pairs
+
+SPLIT_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL")
+
+
+@dataclass(frozen=True, slots=True)
+class PodContext:
+    """What the join knows about pods beyond the kubelet's holders."""
+
+    index: PodIndex = EMPTY_INDEX
+    policy: PodLabelPolicy = NO_POLICY
+    usage: Mapping[tuple[EntityKey, str, str], tuple[int, float | None]] | None = None
+    """(device, namespace, pod) → (bytes, SM ratio) from its processes; None: no per-process
+    attribution, so a shared device's values are repeated, not split."""
+    uids: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    """(namespace, pod) → UID from the kubelet's log names, for pods the API does not know."""
+    drop: frozenset[str] = frozenset()
+    """Label names left off every series (`--drop-labels`), pod labels and identity alike."""
+
+
+NO_PODS = PodContext()
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """One labelled thing that series are emitted for: a whole GPU or one MIG instance."""
+
+    gpu: GpuSnapshot
+    instance: GpuInstance | None
+    labels: str
+    overrides: Mapping[str, FieldValue] = dataclasses.field(default_factory=dict)
+
+    def value(self, field: str, scope: MigScope) -> FieldValue | None:
+        # A split value never brings back a field the instance lacks (GPU_UTIL is GPU_ONLY).
+        if field in self.overrides and (self.instance is None or scope is not MigScope.GPU_ONLY):
+            return self.overrides[field]
+        if self.instance is None:
+            return self.gpu.values.get(field)
+        if scope is MigScope.INSTANCE:
+            return self.instance.values.get(field)
+        if scope is MigScope.PARENT:
+            return self.gpu.values.get(field)
+        return None
+
+
+def identity_pairs(gpu: GpuSnapshot) -> list[tuple[str, str]]:
+    ident = gpu.identity
+    return [
+        (names.LABEL_GPU, str(ident.index)),
+        (names.LABEL_UUID, ident.uuid),
+        (names.LABEL_PCI_BUS_ID, ident.pci_bus_id),
+        (names.LABEL_DEVICE, names.device_name(ident.index)),
+        (names.LABEL_MODEL_NAME, ident.model_name),
+    ]
+
+
+def _label_text(value: FieldValue) -> str:
+    return value if isinstance(value, str) else format_value(value)
+
+
+Pairs = list[tuple[str, str]]
+
+
+def entity_labels(
+    gpu: GpuSnapshot,
+    instance: GpuInstance | None,
+    hostname: str | None,
+    label_fields: tuple[str, ...],
+    parent_values: Mapping[str, FieldValue],
+    drop: frozenset[str] = frozenset(),
+) -> tuple[Pairs, Pairs]:
+    """(identity, MIG and Hostname pairs; label-type field pairs), without `drop`'s names."""
+    head = identity_pairs(gpu)
+    if instance is not None:
+        head.append((names.LABEL_GPU_I_PROFILE, instance.profile))
+        head.append((names.LABEL_GPU_I_ID, str(instance.gpu_instance_id)))
+    if hostname is not None:
+        head.append(names.hostname_pair(hostname))
+    fields = [(field, _label_text(value)) for field in label_fields
+              if (value := parent_values.get(field)) is not None]
+    return kept(head, drop), kept(fields, drop)
+
+
+def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, Pairs]:
+    """One holding's (pod labels, for the label map; attributes: container, namespace, pod,
+    pod_uid, vgpu, dra_*)."""
+    attrs = [(names.LABEL_CONTAINER, holder.container), (names.LABEL_NAMESPACE, holder.namespace),
+             (names.LABEL_POD, holder.pod)]
+    if vgpu and holder.replica is not None:
+        attrs.append((names.LABEL_VGPU, holder.replica))
+    if holder.claim is not None:  # dcgm-exporter's dra_* attributes
+        attrs += holder.claim.label_pairs()
+    labels: Pairs = []
+    if pods.policy.enabled:
+        meta = pods.index.by_name.get((holder.namespace, holder.pod))
+        extra = pods.policy.pairs(meta, pods.uids.get((holder.namespace, holder.pod), ""))
+        attrs += [p for p in extra if p[0] == names.LABEL_POD_UID]
+        labels = [p for p in extra if p[0] != names.LABEL_POD_UID]
+    return kept(labels, pods.drop), sorted(kept(attrs, pods.drop))
+
+
+def holdings(key: EntityKey, attribution: Attribution, virtual_gpus: bool) -> list[Holder]:
+    """The holders an entity's series are repeated for: the first in sorted order (labels
+    never flip between scrapes), or each with virtual GPUs; none for a free device."""
+    holders = attribution.holders.get(key, ())
+    return list(holders) if virtual_gpus else list(holders[:1])
+
+
+def _labels(head: Pairs, fields: Pairs, holder: Holder | None, vgpu: bool,
+            pods: PodContext) -> str:
+    """dcgm-exporter's order: identity, Hostname, then its label map (label-type fields and
+    the pod's own labels, sorted), then its attribute map (container, namespace, pod, pod_uid,
+    vgpu, sorted): Go templates range over maps in key order (its kubernetes.go copies pod
+    labels into the label map)."""
+    if holder is None:
+        return label_pairs(head + fields)
+    labels, attrs = holder_pairs(holder, vgpu, pods)
+    if labels:
+        fields = sorted(fields + labels)
+    return label_pairs(head + fields + attrs)
+
+
+def _split(key: EntityKey, holder: Holder, pods: PodContext,
+           first_of_pod: bool) -> Mapping[str, FieldValue]:
+    """A shared device's per-pod memory (MiB) and utilisation (%) from the pod's processes,
+    0 for a pod without one (dcgm-exporter's 2026 virtual-GPU semantics). A pod holding
+    several replicas gets its figures on its first one and 0 on the others, so that a sum
+    over the pod's series is its use, not a multiple of it."""
+    if pods.usage is None:
+        return {}
+    memory, sm = pods.usage.get((key, holder.namespace, holder.pod), (0, None))
+    if not first_of_pod:
+        memory, sm = 0, None
+    return {"DCGM_FI_DEV_FB_USED": memory // MIB,
+            "DCGM_FI_DEV_GPU_UTIL": min(100, round(100 * (sm or 0.0)))}
+
+
+def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey,
+                  labels: tuple[Pairs, Pairs], chosen: list[Holder], virtual_gpus: bool,
+                  pods: PodContext) -> list[Entity]:
+    """Series of a held device carry its pod, once per chosen holding (`holdings`)."""
+    head, fields = labels
+    if not chosen:
+        return [Entity(gpu, inst, _labels(head, fields, None, False, pods))]
+    shared = virtual_gpus and len({(h.namespace, h.pod) for h in chosen}) > 1
+    seen: set[tuple[str, str]] = set()
+    result = []
+    for holder in chosen:
+        pod = (holder.namespace, holder.pod)
+        split = _split(key, holder, pods, pod not in seen) if shared else {}
+        seen.add(pod)
+        result.append(Entity(gpu, inst, _labels(head, fields, holder, virtual_gpus, pods),
+                             split))
+    return result
+
+
+def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
+             attribution: Attribution = EMPTY_ATTRIBUTION,
+             virtual_gpus: bool = False, pods: PodContext = NO_PODS) -> list[Entity]:
+    """A MIG-enabled GPU is represented by its GPU instances (dcgm-exporter's `-d f`);
+    one in MIG mode without instances keeps its GPU-level series so it stays visible."""
+    result: list[Entity] = []
+    for gpu in snapshot.gpus:
+        if not gpu.healthy:
+            continue
+        index = gpu.identity.index
+        parts: list[tuple[GpuInstance | None, EntityKey]] = (
+            [(inst, (index, inst.gpu_instance_id)) for inst in gpu.instances]
+            if gpu.mig_enabled and gpu.instances else [(None, (index, None))]
+        )
+        for inst, key in parts:
+            labels = entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values,
+                                   pods.drop)
+            result.extend(_with_holders(gpu, inst, key, labels,
+                                        holdings(key, attribution, virtual_gpus), virtual_gpus,
+                                        pods))
+    return result
+
+
+def dcgm_families(
+    snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
+    attribution: Attribution = EMPTY_ATTRIBUTION, virtual_gpus: bool = False,
+    pods: PodContext = NO_PODS,
+) -> list[Family]:
+    ents = entities(snapshot, plan, hostname, attribution, virtual_gpus, pods)
+    families: list[Family] = []
+    for metric in plan.metrics:
+        if metric.field in EVENT_FIELDS:  # counted from events: event_families builds them
+            continue
+        # The family is named as the counters line names it (a legacy `dcgm_sm_clock`, an
+        # alias); its values are those of the implemented field it resolves to.
+        scope = IMPLEMENTED[metric.field].mig
+        samples: list[Sample] = []
+        for ent in ents:
+            value = ent.value(metric.field, scope)
+            if value is None or isinstance(value, str):
+                continue
+            samples.append(Sample(ent.labels, format_value(value)))
+        families.append(Family(metric.name, metric.prom_type, metric.help, tuple(samples)))
+    return families

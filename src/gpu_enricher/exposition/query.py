@@ -1,0 +1,121 @@
+"""`GET /api/v1/gpus`: who holds and who uses each GPU, as JSON. Pure.
+
+Built once per collection cycle from the same joined state as /metrics; a request only
+filters it and encodes it. Schema and example: docs/processes.md.
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from ..attribution.devices import Attribution, EntityKey, Holder
+from ..attribution.workloads import GpuProcess, PodIndex
+from ..fields.convert import MIB
+from ..model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
+
+API_VERSION: Final = "v1"
+Document = dict[str, Any]
+
+
+def _mib_bytes(values: Mapping[str, FieldValue], field: str) -> int | None:
+    value = values.get(field)
+    return int(value) * MIB if isinstance(value, int | float) else None
+
+
+def _ratio(values: Mapping[str, FieldValue], field: str) -> float | None:
+    value = values.get(field)
+    return round(float(value) / 100, 4) if isinstance(value, int | float) else None
+
+
+def _activity(values: Mapping[str, FieldValue]) -> float | None:
+    value = values.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    return round(float(value), 4) if isinstance(value, int | float) else None
+
+
+def _holder(holder: Holder, pods: PodIndex) -> Document:
+    meta = pods.by_name.get((holder.namespace, holder.pod))
+    return {"namespace": holder.namespace, "pod": holder.pod, "container": holder.container,
+            "pod_uid": meta.uid if meta is not None else None,
+            "resource": holder.resource, "device_id": holder.device_id,
+            "replica": holder.replica,
+            "claim": None if holder.claim is None else dict(holder.claim.label_pairs())}
+
+
+def _process(proc: GpuProcess) -> Document:
+    work = proc.workload
+    sample = proc.sample
+    return {
+        "pid": sample.pid, "name": proc.name, "type": sample.kind,
+        "memory_used_bytes": sample.used_memory_bytes,
+        "sm_utilization_ratio": sample.sm_utilization,
+        "memory_utilization_ratio": sample.memory_utilization,
+        "namespace": work.namespace if work else None,
+        "pod": work.pod if work else None,
+        "container": (work.container or None) if work else None,
+        "pod_uid": (work.pod_uid or None) if work else None,
+        "allocated": proc.allocated,
+    }
+
+
+def _device(key: EntityKey, attribution: Attribution, procs: Sequence[GpuProcess],
+            pods: PodIndex) -> Document:
+    return {"holders": [_holder(h, pods) for h in attribution.holders.get(key, ())],
+            "processes": [_process(p) for p in procs if p.key == key]}
+
+
+def _instance(gpu: GpuSnapshot, inst: GpuInstance, attribution: Attribution,
+              procs: Sequence[GpuProcess], pods: PodIndex) -> Document:
+    return {
+        "gpu_instance_id": inst.gpu_instance_id, "compute_instance_id": inst.compute_instance_id,
+        "profile": inst.profile, "uuid": inst.uuid,
+        "memory_total_bytes": _mib_bytes(inst.values, "DCGM_FI_DEV_FB_TOTAL"),
+        "memory_used_bytes": _mib_bytes(inst.values, "DCGM_FI_DEV_FB_USED"),
+        # NVML has no GPU_UTIL per instance; its graphics-engine activity (GPM) is the figure.
+        "utilization_ratio": _activity(inst.values),
+        **_device((gpu.identity.index, inst.gpu_instance_id), attribution, procs, pods),
+    }
+
+
+def gpus_document(node: NodeSnapshot | None, attribution: Attribution,
+                  processes: Sequence[GpuProcess], pods: PodIndex, hostname: str | None,
+                  collected_at: float | None, process_metrics: bool) -> Document:
+    gpus = []
+    for gpu in node.gpus if node is not None else ():
+        ident = gpu.identity
+        values = gpu.values
+        gpus.append({
+            "index": ident.index, "uuid": ident.uuid, "model": ident.model_name,
+            "pci_bus_id": ident.pci_bus_id, "healthy": gpu.healthy, "error": gpu.error,
+            "memory_total_bytes": _mib_bytes(values, "DCGM_FI_DEV_FB_TOTAL"),
+            "memory_used_bytes": _mib_bytes(values, "DCGM_FI_DEV_FB_USED"),
+            "utilization_ratio": _ratio(values, "DCGM_FI_DEV_GPU_UTIL"),
+            "mig_enabled": gpu.mig_enabled,
+            "mig_instances": [_instance(gpu, i, attribution, processes, pods)
+                              for i in gpu.instances],
+            **_device((ident.index, None), attribution, processes, pods),
+        })
+    return {"api_version": API_VERSION, "hostname": hostname, "collected_at": collected_at,
+            "process_metrics": process_metrics, "gpus": gpus}
+
+
+def _involves(device: Document, namespace: str | None, pod: str | None) -> bool:
+    def match(entry: Document) -> bool:
+        return ((namespace is None or entry.get("namespace") == namespace)
+                and (pod is None or entry.get("pod") == pod))
+    return any(match(e) for e in (*device["holders"], *device["processes"]))
+
+
+def filtered(document: Document, namespace: str | None, pod: str | None) -> Document:
+    """Only the GPUs (and, of a MIG GPU, only the instances) the pod holds or runs on."""
+    if namespace is None and pod is None:
+        return document
+    gpus = []
+    for gpu in document["gpus"]:
+        instances = [i for i in gpu["mig_instances"] if _involves(i, namespace, pod)]
+        if instances or _involves(gpu, namespace, pod):
+            gpus.append({**gpu, "mig_instances": instances})
+    return {**document, "gpus": gpus}
+
+
+def encode(document: Document) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()

@@ -1,0 +1,9 @@
+"""What dcgm-exporter's output is made of, as data: the names a counters file may use
+(`catalog.py`) and DCGM 1.x's lowercase ones (`legacy_names.py`); the implemented fields as one
+table, field → NVML source → conversion → value format (`table.py`, its vocabulary in
+`spec.py`, NVML's answers in dcgm-exporter's units in `convert.py`); the counters CSV and the
+plan built from it (`counters.py`, the bundled `default-counters.csv`); the label names and
+their order (`names.py`). Pure, but for reading the counters file through `files`.
+
+May import: `model`, `files`. Imported by: nearly every part; it imports none of them.
+"""

@@ -1,0 +1,303 @@
+"""A fake Kubernetes API server: pods and ResourceSlices, list and watch over HTTP on
+127.0.0.1, from memory.
+
+It answers `GET /api/v1/pods` and `GET /apis/resource.k8s.io/<version>/resourceslices` the
+way the API server does for the calls the exporter makes (kubernetes_asyncio's
+`list_pod_for_all_namespaces`, `Resource<Version>Api.list_resource_slice`): a list with the
+current resourceVersion, or with `watch=true` a chunked body of one JSON event per line,
+replaying the changes after the asked resourceVersion, then live ones, until `timeoutSeconds`.
+The `spec.nodeName=<node>` field selector is honoured, with the API server's rule that an object
+entering or leaving the selection is ADDED or DELETED for that watch. `resource.k8s.io` is
+served in the versions of `resource_versions` (none: its discovery and paths answer 404), one
+stored slice rendered in each version's shape; resourceVersions are shared by all kinds, as
+etcd's revision is.
+
+Controls make it misbehave as a real one does: bookmarks, watches ended (normally, or dropped
+when it stops), 410 Gone (HTTP or an ERROR event in the stream), injected failures (403, 500,
+…; lists and watches only, never discovery), watches held open in silence or ended at
+once, and stop/start on the same port. These apply to every kind. Every request is recorded.
+
+Start it inside the event loop of its user (a test, the simulated node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Final, Self
+
+from aiohttp import web
+
+from ...kube.events import ERROR, object_uid
+from ...kube.slices import API_GROUP
+from .objects import (
+    Json,
+    event_line,
+    parse_node_selector,
+    status_object,
+)
+from .slices import KIND as SLICE_KIND
+from .slices import group_document, neutral_slice, render_slice
+from .watch import (
+    DROP,
+    END,
+    Change,
+    RecordedRequest,
+    Store,
+    View,
+    Watch,
+    error_response,
+    json_response,
+    stream,
+)
+
+HOST: Final = "127.0.0.1"
+__all__ = ["HOST", "FakeKubeApi", "RecordedRequest"]  # RecordedRequest: tests use it from here
+
+
+class FakeKubeApi:
+    """Attributes tests may set: `stall_watches` (new watches get their headers, then
+    silence until stopped), `end_watches_immediately` (new watches answer 200 with an empty
+    body, as a misbehaving proxy or server may); `requests` holds every request in order."""
+
+    def __init__(self, port: int = 0, resource_versions: Iterable[str] = ("v1",)) -> None:
+        self.port = port
+        self.stall_watches = False
+        self.end_watches_immediately = False
+        self.resource_versions: tuple[str, ...] = tuple(resource_versions)
+        """The `resource.k8s.io` versions served, best first; settable (an upgrade)."""
+        self.requests: list[RecordedRequest] = []
+        self.version = 1
+        self._pods = Store()
+        self._slices = Store()
+        self._compacted = 0  # watches from before this version get 410
+        self._expire_next: list[bool] = []  # True: as an ERROR event, False: as HTTP 410
+        self._failures: list[tuple[int, bool | None]] = []
+        self._watches: set[Watch] = set()
+        self._runner: web.AppRunner | None = None
+
+    # --- state -------------------------------------------------------------------------------
+
+    @property
+    def pods(self) -> Mapping[str, Json]:
+        """uid → the stored pod object (with its resourceVersion)."""
+        return dict(self._pods.objects)
+
+    def set_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """Replace all pods: missing ones are deleted, the rest upserted (events for each)."""
+        self._set(self._pods, pods, self.upsert_pod)
+
+    def upsert_pod(self, pod: Mapping[str, Any]) -> str:
+        """Create or replace a pod (keyed by `metadata.uid`); returns its resourceVersion."""
+        return self._upsert(self._pods, pod)
+
+    def delete_pod(self, uid: str) -> None:
+        self._delete(self._pods, uid)
+
+    @property
+    def slices(self) -> Mapping[str, Json]:
+        """uid → the stored ResourceSlice, in the neutral shape (see `fake_slices.py`)."""
+        return dict(self._slices.objects)
+
+    def set_slices(self, slices: Iterable[Mapping[str, Any]]) -> None:
+        """Replace all ResourceSlices (any served shape), as `set_pods` does pods."""
+        self._set(self._slices, slices, self.upsert_slice)
+
+    def upsert_slice(self, obj: Mapping[str, Any]) -> str:
+        """Create or replace a ResourceSlice of any served shape (keyed by `metadata.uid`);
+        returns its resourceVersion."""
+        return self._upsert(self._slices, neutral_slice(obj))
+
+    def delete_slice(self, uid: str) -> None:
+        self._delete(self._slices, uid)
+
+    def _set(self, store: Store, objects: Iterable[Mapping[str, Any]],
+             upsert: Callable[[Mapping[str, Any]], str]) -> None:
+        wanted = {object_uid(o): o for o in objects}
+        for uid in [u for u in store.objects if u not in wanted]:
+            self._delete(store, uid)
+        for obj in wanted.values():
+            upsert(obj)
+
+    def _upsert(self, store: Store, obj: Mapping[str, Any]) -> str:
+        self.version += 1
+        self._record(store, store.put(obj, self.version))
+        return str(self.version)
+
+    def _delete(self, store: Store, uid: str) -> None:
+        self._record(store, store.remove(uid, self.version + 1))
+        self.version += 1
+
+    def _record(self, store: Store, change: Change) -> None:
+        for watch in self._watches:
+            if watch.view.store is not store or watch.silent:
+                continue
+            event = change.event_for(watch.node)
+            if event is not None:
+                watch.lines.put_nowait(watch.view.line(event))
+
+    # --- misbehaviour ------------------------------------------------------------------------
+
+    def bookmark(self) -> None:
+        """Send every watch that asked for bookmarks one at the current resourceVersion."""
+        for watch in self._watches:
+            if watch.bookmarks and not watch.silent:
+                watch.lines.put_nowait(watch.view.bookmark(self.version))
+
+    def end_watches(self) -> None:
+        """End every open watch normally, as the server does at `timeoutSeconds`."""
+        for watch in self._watches:
+            watch.lines.put_nowait(END)
+
+    def expire_next_watch(self, in_stream: bool = True) -> None:
+        """The next watch answers 410 Gone: as an ERROR event (what API servers send for a
+        compacted resourceVersion) or, `in_stream=False`, as an HTTP 410."""
+        self._expire_next.append(in_stream)
+
+    def compact(self, through: int | None = None) -> None:
+        """Forget the history up to `through` (None: now): a watch from an older version gets
+        410, as an ERROR event."""
+        self._compacted = self.version if through is None else through
+        for store in (self._pods, self._slices):
+            store.changes = [c for c in store.changes if c.version > self._compacted]
+
+    def fail_next(self, status: int, count: int = 1, *, watch: bool | None = None) -> None:
+        """The next `count` requests (only watches, only lists, or None: any) answer `status`
+        with a Status body."""
+        self._failures.extend([(status, watch)] * count)
+
+    def clear_failures(self) -> None:
+        self._failures.clear()
+
+    @property
+    def open_watches(self) -> int:
+        return len(self._watches)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    async def start(self) -> None:
+        """Listen (on the same port again after `stop`: clients reconnect to it)."""
+        if self._runner is not None:
+            raise RuntimeError("FakeKubeApi is already running")
+        app = web.Application()
+        app.router.add_get("/api/v1/pods", self._pods_handler)
+        # kubernetes_asyncio asks for the group with a trailing slash; kubectl without.
+        app.router.add_get(f"/apis/{API_GROUP}", self._group_handler)
+        app.router.add_get(f"/apis/{API_GROUP}/", self._group_handler)
+        app.router.add_get(f"/apis/{API_GROUP}/{{version}}/resourceslices", self._slices_handler)
+        # handler_cancellation: a watch whose client went away ends, as on an API server.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
+                               handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, HOST, self.port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])  # the ephemeral one, kept for a restart
+
+    async def stop(self) -> None:
+        """Go down: open watches are cut, not ended, as when an API server dies."""
+        runner, self._runner = self._runner, None
+        for watch in self._watches:
+            watch.lines.put_nowait(DROP)
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+    # --- serving -----------------------------------------------------------------------------
+
+    def _injected(self, is_watch: bool) -> int | None:
+        for i, (status, only) in enumerate(self._failures):
+            if only is None or only == is_watch:
+                del self._failures[i]
+                return status
+        return None
+
+    def _record_request(self, request: web.Request) -> RecordedRequest:
+        recorded = RecordedRequest(request.method, request.path, request.query_string,
+                                   dict(request.query), request.headers.get("Authorization"))
+        self.requests.append(recorded)
+        return recorded
+
+    async def _pods_handler(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._record_request(request),
+                                 View(self._pods, "Pod", "v1", dict))
+
+    async def _group_handler(self, request: web.Request) -> web.StreamResponse:
+        self._record_request(request)
+        if not self.resource_versions:
+            return error_response(404, "the server could not find the requested resource")
+        return json_response(200, group_document(self.resource_versions))
+
+    async def _slices_handler(self, request: web.Request) -> web.StreamResponse:
+        recorded = self._record_request(request)
+        version = request.match_info["version"]
+        if version not in self.resource_versions:
+            return error_response(404, "the server could not find the requested resource")
+        return await self._serve(request, recorded, View(
+            self._slices, SLICE_KIND, f"{API_GROUP}/{version}",
+            lambda stored: render_slice(stored, version)))
+
+    async def _serve(self, request: web.Request, recorded: RecordedRequest,
+                     view: View) -> web.StreamResponse:
+        status = self._injected(recorded.watch)
+        if status is not None:
+            return error_response(status, f"injected {status}")
+        try:
+            node = parse_node_selector(request.query.get("fieldSelector"))
+        except ValueError as exc:
+            return error_response(400, str(exc))
+        if not recorded.watch:
+            return json_response(200, view.list_body(view.store.selected(node), self.version))
+        return await self._serve_watch(request, view, node)
+
+    async def _serve_watch(self, request: web.Request, view: View,
+                           node: str | None) -> web.StreamResponse:
+        query = request.query
+        try:
+            since = int(query.get("resourceVersion") or 0)
+            timeout = float(query["timeoutSeconds"]) if "timeoutSeconds" in query else None
+        except ValueError:
+            return error_response(400, "bad resourceVersion or timeoutSeconds")
+        expire = self._expire_next.pop(0) if self._expire_next else None
+        if expire is False:
+            return error_response(410, "too old resource version")
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)  # headers go out now, as the API server flushes them
+        if expire or (since and since < self._compacted):
+            await response.write(event_line(ERROR, status_object(
+                410, "Expired", f"too old resource version: {since} ({self._compacted})")))
+            await response.write_eof()
+            return response
+        if self.end_watches_immediately:
+            await response.write_eof()
+            return response
+        watch = Watch(view, node, query.get("allowWatchBookmarks", "").lower() in ("true", "1"),
+                      self.stall_watches)
+        if not watch.silent:
+            for event in view.store.backlog(since, node):
+                watch.lines.put_nowait(view.line(event))
+        self._watches.add(watch)
+        try:
+            return await stream(request, response, watch, None if watch.silent else timeout)
+        finally:
+            self._watches.discard(watch)

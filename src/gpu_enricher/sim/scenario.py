@@ -1,0 +1,327 @@
+"""The simulated node's description: the built-in demo node and `--simulate FILE.yaml`.
+
+Parsing is pure (`parse_scenario` takes the decoded YAML); errors name the file, the line where
+the YAML was read from a file, and the key: `node.yaml:4: gpus[0].utilization: …`. Types are
+strict (a string is not a number, a boolean not a number, a number not a string), and nothing
+may appear twice where it would give two series one identity. The format is documented in
+docs/simulate.md.
+"""
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from ..model import PodAssignment
+from .churn import parse_churn
+from .node import (
+    MIG_COMPUTE_SLICES,
+    PID_MAX,
+    Scenario,
+    SimGpu,
+    SimInstance,
+    SimPod,
+    SimProcess,
+    default_uuid,
+    has_gpm,
+    mig_uuid,
+    pod_uid,
+)
+from .scenario_values import (
+    At,
+    as_bool,
+    as_int,
+    as_labels,
+    as_list,
+    as_mapping,
+    as_number,
+    as_percent,
+    as_pod_ref,
+    as_range,
+    as_ratio,
+    as_text,
+    check_keys,
+    line_of,
+    opt,
+    show,
+)
+from .scenario_values import ScenarioError as ScenarioError
+from .scenario_yaml import decode_yaml, read_text
+
+_GPU_KEYS: Final = frozenset({
+    "model", "uuid", "pci_bus_id", "memory_mib", "utilization", "memory_used_mib",
+    "power_watts", "temperature", "sm_clock_mhz", "mem_clock_mhz", "lost", "mig", "processes",
+    "gpm", "xids", "thermal_slowdown",
+})
+_POD_KEYS: Final = frozenset({
+    "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids", "uid",
+    "labels", "claim",
+})
+_INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
+_PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod", "container",
+                                  "sm_utilization"})
+_TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods",
+                              "churn"})
+
+# A GPU instance profile: compute slices, then memory (1g.10gb, 1g.10gb+me, 3g.40gb).
+_PROFILE = re.compile(r"([1-9])g\.[0-9]+gb\S*")
+
+
+def _gpu(raw: Any, index: int, seed: int, at: At) -> tuple[SimGpu, tuple[At, ...]]:
+    """The GPU and where each of its processes was written."""
+    spec = as_mapping(raw, at)
+    check_keys(spec, _GPU_KEYS, at)
+    model = opt(spec, at, "model", "NVIDIA H100 80GB HBM3", as_text)
+    memory = opt(spec, at, "memory_mib", 81559, as_int)
+    instances = _instances(spec, at, memory)
+    processes, process_ats = _processes(spec, at, instances)
+    xids_at = at.field(spec, "xids")
+    xids = as_list(spec.get("xids"), xids_at)
+    gpu = SimGpu(
+        index=index,
+        model=model,
+        uuid=opt(spec, at, "uuid", default_uuid(seed, index), as_text),
+        pci_bus_id=opt(spec, at, "pci_bus_id", f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+                        as_text),
+        memory_mib=memory,
+        utilization=opt(spec, at, "utilization", (0.0, 0.0), as_percent),
+        memory_used_mib=opt(spec, at, "memory_used_mib", (0.0, 0.0), as_range),
+        power_watts=opt(spec, at, "power_watts", (60.0, 70.0), as_range),
+        temperature=opt(spec, at, "temperature", (30.0, 35.0), as_range),
+        sm_clock_mhz=opt(spec, at, "sm_clock_mhz", (1410.0, 1410.0), as_range),
+        mem_clock_mhz=opt(spec, at, "mem_clock_mhz", 2619, as_int),
+        lost=opt(spec, at, "lost", False, as_bool),
+        instances=instances,
+        processes=processes,
+        gpm=opt(spec, at, "gpm", has_gpm(model), as_bool),
+        xids=tuple(as_int(x, xids_at.item(xids, n)) for n, x in enumerate(xids)),
+        thermal_slowdown=opt(spec, at, "thermal_slowdown", False, as_bool),
+    )
+    return gpu, process_ats
+
+
+def _instances(spec: Mapping[str, Any], at: At, gpu_memory: int) -> tuple[SimInstance, ...]:
+    """The GPU instances: distinct ids (two with one id would be two series of one instance),
+    and together no more compute slices or memory than the GPU has."""
+    mig_at = at.field(spec, "mig")
+    mig = as_list(spec.get("mig"), mig_at)
+    instances: list[SimInstance] = []
+    first: dict[int, str] = {}
+    for n, raw in enumerate(mig):
+        item_at = mig_at.item(mig, n)
+        inst = _instance(raw, item_at)
+        if inst.gpu_instance_id in first:
+            raise item_at.field(raw, "gi").error(
+                f"GPU instance {inst.gpu_instance_id} is already {first[inst.gpu_instance_id]}")
+        first[inst.gpu_instance_id] = item_at.key
+        instances.append(inst)
+    slices = sum(_slices(inst.profile) for inst in instances)
+    if slices > MIG_COMPUTE_SLICES:
+        raise mig_at.error(f"the GPU instances take {slices} compute slices; a GPU has "
+                           f"{MIG_COMPUTE_SLICES}")
+    memory = sum(inst.memory_mib for inst in instances)
+    if memory > gpu_memory:
+        raise mig_at.error(f"the GPU instances hold {memory} MiB; the GPU has {gpu_memory}")
+    return tuple(instances)
+
+
+def _slices(profile: str) -> int:
+    """The profile's compute slices: the 3 of 3g.40gb (parse_scenario checked the form)."""
+    match = _PROFILE.fullmatch(profile)
+    return int(match.group(1)) if match else 0
+
+
+def _instance(raw: Any, at: At) -> SimInstance:
+    spec = as_mapping(raw, at)
+    check_keys(spec, _INSTANCE_KEYS, at)
+    profile_at = at.field(spec, "profile")
+    profile = spec.get("profile")
+    if profile is None:
+        raise profile_at.error("required (e.g. 1g.10gb)")
+    if not isinstance(profile, str) or not _PROFILE.fullmatch(profile):
+        raise profile_at.error(f"expected a MIG profile such as 1g.10gb, got {show(profile)}")
+    return SimInstance(
+        gpu_instance_id=as_int(spec.get("gi"), at.field(spec, "gi")),
+        profile=profile,
+        memory_mib=opt(spec, at, "memory_mib", 9984, as_int),
+        memory_used_mib=opt(spec, at, "memory_used_mib", (0.0, 0.0), as_range),
+        activity=opt(spec, at, "activity", (0.0, 0.0), as_ratio),
+    )
+
+
+def _processes(spec: Mapping[str, Any], at: At, instances: tuple[SimInstance, ...]
+               ) -> tuple[tuple[SimProcess, ...], tuple[At, ...]]:
+    """The GPU's processes (one entry per pid: NVML lists a process once per GPU), each on one
+    of its GPU instances when the GPU is in MIG mode, and where each was written."""
+    list_at = at.field(spec, "processes")
+    raws = as_list(spec.get("processes"), list_at)
+    gis = {inst.gpu_instance_id for inst in instances}
+    processes: list[SimProcess] = []
+    ats: list[At] = []
+    first: dict[int, str] = {}
+    for n, raw in enumerate(raws):
+        item_at = list_at.item(raws, n)
+        proc = _process(raw, item_at)
+        gi_at = item_at.field(raw, "gi")
+        if proc.pid in first:
+            raise item_at.field(raw, "pid").error(f"pid {proc.pid} is already {first[proc.pid]}")
+        if proc.gpu_instance_id is None and gis:
+            raise gi_at.error("required on a GPU in MIG mode")
+        if proc.gpu_instance_id is not None and proc.gpu_instance_id not in gis:
+            raise gi_at.error(f"no GPU instance {proc.gpu_instance_id} on this GPU"
+                              + ("" if gis else " (it is not in MIG mode)"))
+        first[proc.pid] = item_at.key
+        processes.append(proc)
+        ats.append(item_at)
+    return tuple(processes), tuple(ats)
+
+
+def _process(raw: Any, at: At) -> SimProcess:
+    spec = as_mapping(raw, at)
+    check_keys(spec, _PROCESS_KEYS, at)
+    gi = spec.get("gi")
+    return SimProcess(
+        pid=as_int(spec.get("pid"), at.field(spec, "pid"), PID_MAX),
+        used_memory_mib=opt(spec, at, "used_memory_mib", 0, as_int),
+        gpu_instance_id=None if gi is None else as_int(gi, at.field(spec, "gi")),
+        name=opt(spec, at, "name", "python", as_text)[:15],  # comm holds 15 characters
+        pod=opt(spec, at, "pod", None, as_pod_ref),
+        container=opt(spec, at, "container", None, as_text),
+        sm_utilization=opt(spec, at, "sm_utilization", (0.0, 0.0), as_ratio),
+    )
+
+
+def _gpu_index(raw: Any, gpus: tuple[SimGpu, ...], at: At) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < len(gpus):
+        return raw
+    raise at.error(f"no GPU {show(raw)} in this scenario")
+
+
+def _mig_pair(raw: Any, gpus: tuple[SimGpu, ...], at: At) -> tuple[int, int]:
+    if isinstance(raw, list) and len(raw) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in raw):
+        index, gi = raw
+        if 0 <= index < len(gpus) and gi in {i.gpu_instance_id for i in gpus[index].instances}:
+            return (index, gi)
+    raise at.error(f"no GPU instance {show(raw)} in this scenario")
+
+
+def _pod(raw: Any, gpus: tuple[SimGpu, ...], at: At) -> tuple[PodAssignment, SimPod]:
+    """A container holding devices: `gpus: [0]` (with `replica: N` for time-slicing),
+    `mig: [[gpu, gi]]`, or literal `device_ids` as a kubelet would report them; and the pod as
+    the Kubernetes API describes it."""
+    spec = as_mapping(raw, at)
+    check_keys(spec, _POD_KEYS, at)
+    namespace, pod, container = (opt(spec, at, key, "", as_text) for key in (
+        "namespace", "pod", "container"))
+    for key, value in (("namespace", namespace), ("pod", pod), ("container", container)):
+        if not value:
+            raise at.field(spec, key).error("required")
+    replica = opt(spec, at, "replica", None, as_int)
+    suffix = "" if replica is None else f"::{replica}"
+    ids_at, gpus_at, mig_at = (at.field(spec, k) for k in ("device_ids", "gpus", "mig"))
+    ids, indices, pairs = (as_list(spec.get(k), a) for k, a in (
+        ("device_ids", ids_at), ("gpus", gpus_at), ("mig", mig_at)))
+    device_ids = [as_text(d, ids_at.item(ids, n)) for n, d in enumerate(ids)]
+    held = [_gpu_index(i, gpus, gpus_at.item(indices, n)) for n, i in enumerate(indices)]
+    slices = [_mig_pair(p, gpus, mig_at.item(pairs, n)) for n, p in enumerate(pairs)]
+    device_ids += [gpus[i].uuid + suffix for i in held]
+    device_ids += [mig_uuid(gpus[g].uuid, gi) + suffix for g, gi in slices]
+    default_resource = "nvidia.com/gpu"
+    if slices and not held:
+        g, gi = slices[0]
+        profile = next(i.profile for i in gpus[g].instances if i.gpu_instance_id == gi)
+        default_resource = f"nvidia.com/mig-{profile}"
+    claim = spec.get("claim")
+    if claim is not None and (not isinstance(claim, str) or not claim or ids):
+        raise at.field(spec, "claim").error("a claim name, with gpus or mig (not device_ids)")
+    devices: tuple[tuple[int, int | None], ...] = (
+        () if claim is None else (*((i, None) for i in held), *slices))
+    assignment = PodAssignment(namespace, pod, container,
+                               opt(spec, at, "resource", default_resource, as_text),
+                               tuple(device_ids))
+    return assignment, SimPod(namespace, pod, container,
+                              opt(spec, at, "uid", pod_uid(namespace, pod), as_text),
+                              opt(spec, at, "labels", {}, as_labels), claim, devices)
+
+
+def _check_gpus(gpus: tuple[SimGpu, ...], ats: list[At], specs: Sequence[Any]) -> None:
+    """One GPU per UUID and per bus id: the UUID is the kubelet's device id and a label."""
+    uuids: dict[str, str] = {}
+    buses: dict[str, str] = {}
+    for gpu, at, spec in zip(gpus, ats, specs, strict=True):
+        for seen, value, key in ((uuids, gpu.uuid, "uuid"), (buses, gpu.pci_bus_id, "pci_bus_id")):
+            if value in seen:
+                raise at.field(spec, key).error(f"{value!r} is already {seen[value]}")
+            seen[value] = at.key
+
+
+def _check_processes(gpus: tuple[SimGpu, ...], process_ats: list[tuple[At, ...]],
+                     pods: tuple[SimPod, ...]) -> None:
+    """A process names a pod (and container) of `pods:`; a pid on several GPUs is one process."""
+    containers: dict[tuple[str, str], list[str]] = {}
+    for spec in pods:
+        containers.setdefault((spec.namespace, spec.pod), []).append(spec.container)
+    first: dict[int, tuple[SimProcess, str]] = {}
+    for gpu, ats in zip(gpus, process_ats, strict=True):
+        for proc, at in zip(gpu.processes, ats, strict=True):
+            identity = (proc.name, proc.pod, proc.container)
+            if proc.pid in first and identity != (
+                    (seen := first[proc.pid][0]).name, seen.pod, seen.container):
+                raise at.error(f"pid {proc.pid} is {first[proc.pid][1]} with another name or pod")
+            first.setdefault(proc.pid, (proc, at.key))
+            if proc.pod is None:
+                continue
+            known = containers.get(proc.pod)
+            if known is None:
+                raise at.error(f"pod: no pod {'/'.join(proc.pod)} in pods:")
+            if proc.container is not None and proc.container not in known:
+                raise at.error(f"container: pod {'/'.join(proc.pod)} has no container "
+                               f"{proc.container!r}; it has {', '.join(known)}")
+
+
+def parse_scenario(raw: Any, path: str) -> Scenario:
+    """The scenario of decoded YAML (`_Map`/`_Seq` from a file carry lines for the errors)."""
+    at = At(path, "", line_of(raw))
+    top = as_mapping(raw, at)
+    check_keys(top, _TOP_KEYS, at)  # first: a misspelt `gpus` is named, not "missing"
+    seed = opt(top, at, "seed", 1, as_int)
+    gpus_at = at.field(top, "gpus")
+    gpus_raw = top.get("gpus")
+    if not isinstance(gpus_raw, list) or not gpus_raw:
+        raise gpus_at.error("expected a non-empty list")
+    gpu_ats = [gpus_at.item(gpus_raw, i) for i in range(len(gpus_raw))]
+    parsed = [_gpu(g, i, seed, gpu_ats[i]) for i, g in enumerate(gpus_raw)]
+    gpus = tuple(gpu for gpu, _ in parsed)
+    _check_gpus(gpus, gpu_ats, gpus_raw)
+    period = opt(top, at, "period_seconds", 120.0, as_number)
+    if period < 1:
+        raise at.field(top, "period_seconds").error(f"at least 1 (seconds), got {period}")
+    pods_at = at.field(top, "pods")
+    pods_raw = as_list(top.get("pods"), pods_at)
+    pods = [_pod(p, gpus, pods_at.item(pods_raw, i)) for i, p in enumerate(pods_raw)]
+    specs = tuple(spec for _, spec in pods)
+    _check_processes(gpus, [ats for _, ats in parsed], specs)
+    scenario = Scenario(
+        gpus=gpus,
+        seed=seed,
+        driver_version=opt(top, at, "driver_version", "580.105.08", as_text),
+        period_seconds=period,
+        # The kubelet lists device-plugin devices; claimed ones come as dynamic_resources.
+        pods=tuple(p for p, spec in pods if p.device_ids and spec.claim is None),
+        pod_specs=specs,
+    )
+    churn = parse_churn(top.get("churn"), at.field(top, "churn"), scenario)
+    return dataclasses.replace(scenario, churn_pods_per_second=churn) if churn else scenario
+
+
+def load_scenario(path: Path) -> Scenario:
+    """The scenario file's node; every problem is one ScenarioError line naming the file."""
+    return parse_scenario(decode_yaml(read_text(path), str(path)), str(path))
+
+
+def builtin_scenario() -> Scenario:
+    text = resources.files(__package__).joinpath("builtin-scenario.yaml").read_text("utf-8")
+    return parse_scenario(decode_yaml(text, "<built-in scenario>"), "<built-in scenario>")
