@@ -38,12 +38,42 @@ from .node import Scenario
 log = logging.getLogger(__name__)
 
 
-def write_proc_root(scenario: Scenario, root: Path) -> Path:
-    for relative, text in proc_files(scenario).items():
-        path = root / relative
+# --- the directory: written whole at start, synced on each churn tick -------------------------
+
+
+def _sync_files(root: Path, old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """The /proc tree from `old` to `new`: departed pids' directories go, new ones appear."""
+    for pid in {f.split("/")[0] for f in old} - {f.split("/")[0] for f in new}:
+        shutil.rmtree(root / pid, ignore_errors=True)
+    for relative, text in new.items():
+        if old.get(relative) != text:
+            path = root / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+
+
+def _sync_log_names(root: Path, old: Sequence[str], new: Sequence[str]) -> None:
+    for name in set(old) - set(new):
+        path = root / name
+        if name.startswith("pods/"):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    for name in set(new) - set(old):
+        path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        if name.startswith("pods/"):
+            path.mkdir(exist_ok=True)
+        else:
+            path.touch()
+
+
+def write_proc_root(scenario: Scenario, root: Path) -> Path:
+    _sync_files(root, {}, proc_files(scenario))
     return root
+
+
+# --- the cluster ----------------------------------------------------------------------------
 
 
 def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
@@ -135,33 +165,6 @@ class SimulatedCluster:
 
 
 # --- churn: apply each tick to the fakes ---------------------------------------------------
-
-
-def _sync_files(root: Path, old: Mapping[str, str], new: Mapping[str, str]) -> None:
-    """The /proc tree from `old` to `new`: departed pids' directories go, new ones appear."""
-    for pid in {f.split("/")[0] for f in old} - {f.split("/")[0] for f in new}:
-        shutil.rmtree(root / pid, ignore_errors=True)
-    for relative, text in new.items():
-        if old.get(relative) != text:
-            path = root / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-
-
-def _sync_log_names(root: Path, old: Sequence[str], new: Sequence[str]) -> None:
-    for name in set(old) - set(new):
-        path = root / name
-        if name.startswith("pods/"):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-    for name in set(new) - set(old):
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if name.startswith("pods/"):
-            path.mkdir(exist_ok=True)
-        else:
-            path.touch()
 
 
 def apply(cluster: "SimulatedCluster", old: Scenario, new: Scenario) -> None:
