@@ -42,10 +42,11 @@ current-context: x
     exporters.append(exp)
     exp.wait_ready()
     deadline = time.monotonic() + 15
-    while not any(temporary.iterdir()):  # the copies exist while it runs: the test can fail
+    # The copies exist while it runs: the test can fail. Each is created, then written, so a
+    # file can be seen empty for a moment (a clean-clone run once read the key's as b"").
+    while key not in [p.read_bytes() for p in temporary.iterdir()]:
         assert time.monotonic() < deadline, "kubernetes_asyncio never copied the credentials"
         time.sleep(0.05)
-    assert key in [p.read_bytes() for p in temporary.iterdir()]
     exp.proc.send_signal(signal.SIGTERM)
     _, err = exp.proc.communicate(timeout=15)
     assert exp.proc.returncode == 0, err
