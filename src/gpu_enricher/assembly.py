@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .attribution.proc_source import ProcessSource
     from .health.xid import XidSnapshot
     from .kubelet.source import KubeletSource
-    from .model import PodDirectory, SliceDirectory
+    from .model import ClaimAccess, ClaimAllocation, PodDirectory, SliceDirectory
     from .sim.cluster import SimulatedCluster
     from .sources import Source
 
@@ -77,6 +77,7 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
             xid_window_ms=config.xid_window_ms,
             clock_events_window_ms=config.clock_events_window_ms,
             drop_labels=config.drop_labels,
+            own_pod=config.own_pod,
         ),
         assignments=assignments,
         pods=make_pod_source(config, api_url),
@@ -84,6 +85,7 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
         processes=processes,
         slices=make_slice_source(config, api_url),
         xids=make_xid_source(config, backend),
+        claim_access=make_claim_source(config, assignments, api_url),
     )
 
 
@@ -128,6 +130,25 @@ def make_slice_source(config: Config,
     if api_url is None:
         return ResourceSliceSource(options)
     return ResourceSliceSource(options, plan=lambda: plan_from_environment(api_url(), None))
+
+
+def make_claim_source(config: Config, assignments: "KubeletSource | None",
+                      api_url: Callable[[], str] | None = None) -> "Source[ClaimAccess] | None":
+    """DRA: which claims the kubelet reports are admin access (monitors, not holders)."""
+    if not config.reads_slices or assignments is None:
+        return None
+    from .kube.claim_source import ClaimReadOptions, ResourceClaimSource
+    from .kube.config import plan_from_environment
+
+    def in_use() -> "tuple[ClaimAllocation, ...]":
+        assert assignments is not None
+        return assignments.snapshot().claims
+
+    options = ClaimReadOptions(kubeconfig=str(config.kubeconfig) if config.kubeconfig else None)
+    if api_url is None:
+        return ResourceClaimSource(options, in_use)
+    return ResourceClaimSource(options, in_use,
+                               plan=lambda: plan_from_environment(api_url(), None))
 
 
 def make_xid_source(config: Config, backend: GpuBackend) -> "Source[XidSnapshot]":

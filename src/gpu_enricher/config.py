@@ -48,6 +48,7 @@ class Config:
     web_idle_timeout_ms: int = 120000  # keep-alive between requests
     web_max_connections: int = 1024  # more are refused at once
     drop_labels: frozenset[str] = frozenset()  # left off the DCGM and process series
+    own_pod: tuple[str, str] | None = None  # (POD_NAMESPACE, POD_NAME): never a GPU's holder
 
     @property
     def kube_api(self) -> bool:

@@ -219,6 +219,21 @@ class SliceDevice:
     profile: str | None = None  # MIG: attribute `profile`, e.g. 1g.10gb
 
 
+ClaimedDevice = tuple[str, str, str, str, str]
+"""(claim namespace, claim name, driver, pool, device): one device of one ResourceClaim."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAccess:
+    """What the Kubernetes API says of the ResourceClaims the kubelet reports.
+
+    A device allocated with admin access is monitored, not used: the GPU Operator's DRA
+    exporter claims every GPU so. It never makes its pod a holder of the device.
+    """
+
+    admin: frozenset[ClaimedDevice] = frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class SliceDirectory:
     """The DRA devices of this node, from the Kubernetes API's ResourceSlices."""

@@ -5,6 +5,7 @@ a second run only v1beta1) to kubernetes_asyncio's list and watch, the collector
 exposition."""
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ import pytest
 
 from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.fields.counters import parse_counters
+from gpu_enricher.kube.claim_source import ClaimReadOptions, ResourceClaimSource
 from gpu_enricher.kube.slice_source import ResourceSliceOptions, ResourceSliceSource
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
@@ -79,7 +81,10 @@ async def wait_for(predicate: object, what: str) -> None:
 
 
 async def make_cluster(fake: FakeNvml, runtime_dir: str, versions: tuple[str, ...],
-                       virtual_gpus: bool = False, refused: bool = False) -> Cluster:
+                       virtual_gpus: bool = False, refused: bool = False, *,
+                       claim_reads: ClaimReadOptions | None = None,
+                       own_pod: tuple[str, str] | None = None) -> Cluster:
+    """`claim_reads`: with the ResourceClaim source (admin access) reading from the fake API."""
     fake.set_mig(1, [(1, 9), (5, 19)])
     kubelet = FakeKubelet(Path(runtime_dir) / "kubelet.sock")
     await kubelet.start()
@@ -90,13 +95,19 @@ async def make_cluster(fake: FakeNvml, runtime_dir: str, versions: tuple[str, ..
     slices = ResourceSliceSource(ResourceSliceOptions(
         NODE, host=api.url, watch_timeout_seconds=5, stall_margin_seconds=1,
         backoff_initial_seconds=0.05, backoff_max_seconds=0.2))
+    assignments = KubeletSource(PodResourcesClient(kubelet.socket_path, 1.0),
+                                KubeletOptions(max_age_seconds=10))
+    claim_access = None
+    if claim_reads is not None:
+        claim_access = ResourceClaimSource(
+            dataclasses.replace(claim_reads, host=api.url),
+            lambda: assignments.snapshot().claims)
     collector = Collector(
         NvmlBackend(),
         CollectorOptions(interval_seconds=1, hostname=NODE, counters=parse_counters(CSV, "t.csv"),
-                         virtual_gpus=virtual_gpus, dra_drivers=frozenset({DRIVER})),
-        assignments=KubeletSource(PodResourcesClient(kubelet.socket_path, 1.0),
-                                  KubeletOptions(max_age_seconds=10)),
-        slices=slices)
+                         virtual_gpus=virtual_gpus, dra_drivers=frozenset({DRIVER}),
+                         own_pod=own_pod),
+        assignments=assignments, slices=slices, claim_access=claim_access)
     for source in collector.sources:
         await source.start()
     await collector.open_backend()

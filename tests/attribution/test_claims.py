@@ -7,8 +7,9 @@ from gpu_enricher.attribution.claims import (
     claim_holders,
     merged,
 )
-from gpu_enricher.attribution.devices import ClaimRef, Holder, attribute, ordered
+from gpu_enricher.attribution.devices import ClaimRef, Holder, attribute, ordered, without_pod
 from gpu_enricher.model import (
+    ClaimAccess,
     ClaimAllocation,
     DeviceIdentity,
     GpuInstance,
@@ -133,3 +134,39 @@ def test_distinct_claims_still_get_the_newest_pod_rule() -> None:
     new = Holder("ml", "z-new", "c", D, "node-a/gpu-0",
                  claim=ClaimRef("mine", "ml", D, "node-a", "gpu-0"))
     assert ordered({stale, new}, {("ml", "z-new"): 0, ("ml", "a-stale"): 4}) == (new, stale)
+
+
+def test_admin_access_and_the_own_pod_monitor_and_never_hold() -> None:
+    """The GPU Operator's DRA exporter claims every GPU with admin access: whatever the names'
+    order ("a..." sorts first), the workload holds; the monitors are kept apart."""
+    operator = ClaimAllocation("a-ops", "a-exporter", "x", "admin", "a-ops", D, "node-a",
+                               "gpu-0")
+    ours = ClaimAllocation("a-ours", "a-enricher", "x", "mine", "a-ours", D, "node-a",
+                           "gpu-1-mig-5")
+    workload = claim("trainer", "gpu-0", "single")
+    access = ClaimAccess(frozenset({("a-ops", "admin", D, "node-a", "gpu-0")}))
+    found = claim_holders(NODE, [operator, ours, workload], SLICES, DRIVERS, access,
+                          own_pod=("a-ours", "a-enricher"))
+    assert [h.pod for h in found.holders[(0, None)]] == ["trainer"]
+    assert (1, 5) not in found.holders, "held by monitors only: no holder"
+    (monitor,) = found.monitors[(0, None)]
+    assert monitor.pod == "a-exporter" and monitor.claim is not None
+    assert monitor.claim.admin_access
+    (own,) = found.monitors[(1, 5)]
+    assert own.pod == "a-enricher" and own.claim is not None and not own.claim.admin_access
+    assert found.claimed == 2, "every resolved device still counts as claimed"
+    # Who may run processes on a device: holders and monitors; who labels it: holders only.
+    labels = merged(attribute(NODE, [], ()), found, {})
+    everyone = merged(attribute(NODE, [], ()), found, {}, monitors=True)
+    assert {h.pod for h in labels.holders[(0, None)]} == {"trainer"}
+    assert {h.pod for h in everyone.holders[(0, None)]} == {"trainer", "a-exporter"}
+    assert {h.pod for h in everyone.holders[(1, 5)]} == {"a-enricher"}
+
+
+def test_the_own_pod_never_holds_through_the_device_plugin_either() -> None:
+    own = PodAssignment("a-ours", "a-enricher", "x", "nvidia.com/gpu", (U0,))
+    other = PodAssignment("ml", "trainer", "main", "nvidia.com/gpu", (U0,))
+    found = without_pod(attribute(NODE, [own, other], ()), ("a-ours", "a-enricher"))
+    assert [h.pod for h in found.holders[(0, None)]] == ["trainer"]
+    alone = without_pod(attribute(NODE, [own], ()), ("a-ours", "a-enricher"))
+    assert (0, None) not in alone.holders

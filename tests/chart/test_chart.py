@@ -221,10 +221,14 @@ class Rendered:
         return containers[0]  # type: ignore[no-any-return]
 
     def env(self, node_name: str = "node-a") -> dict[str, str]:
-        """The container's literal environment, NODE_NAME as the kubelet would fill it: what
-        the exporter's parser reads besides the args."""
+        """The container's literal environment, the downward API's fields filled as the
+        kubelet would fill them: what the exporter's parser reads besides the args."""
+        fields = {"spec.nodeName": node_name, "metadata.name": "gpu-enricher-abcde",
+                  "metadata.namespace": NAMESPACE}
         env = {e["name"]: e["value"] for e in self.container["env"] if "value" in e}
-        return {**env, "NODE_NAME": node_name}
+        env.update({e["name"]: fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+                    for e in self.container["env"] if "fieldRef" in e.get("valueFrom", {})})
+        return env
 
 
 def kubeval_python() -> str:
@@ -473,7 +477,15 @@ def test_rbac_and_token_only_for_the_kubernetes_api(name: str,
     if not api:
         assert not RBAC_KINDS & set(r.kinds())
         return
-    assert RBAC_KINDS & set(r.kinds()) == {"ClusterRole", "ClusterRoleBinding"}
+    claims = {"Role", "RoleBinding"} if name in DRA else set()
+    assert RBAC_KINDS & set(r.kinds()) == {"ClusterRole", "ClusterRoleBinding", *claims}
+    if claims:  # get on resourceclaims, in the release's namespace only (admin access)
+        claim_role, claim_binding = r.one("Role"), r.one("RoleBinding")
+        assert claim_role["metadata"]["namespace"] == NAMESPACE
+        assert claim_role["rules"] == [{"apiGroups": ["resource.k8s.io"],
+                                        "resources": ["resourceclaims"], "verbs": ["get"]}]
+        assert claim_binding["roleRef"]["name"] == claim_role["metadata"]["name"]
+        assert claim_binding["subjects"][0]["name"] == r.pod["serviceAccountName"]
     role, binding = r.one("ClusterRole"), r.one("ClusterRoleBinding")
     assert role["rules"] == (POD_READER_RULES if name in READS_PODS else []) + (
         SLICE_READER_RULES if name in DRA else [])
@@ -486,6 +498,7 @@ def test_rbac_and_token_only_for_the_kubernetes_api(name: str,
     config, _ = parse_config(r.container["args"], r.env())
     assert config.kube_api and config.node_name == "node-a"
     assert config.reads_slices is (name in DRA)
+    assert config.own_pod == (NAMESPACE, "gpu-enricher-abcde"), "never its own GPUs' holder"
 
 
 def test_rbac_binds_the_default_account_without_a_created_one(

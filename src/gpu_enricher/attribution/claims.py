@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..model import ClaimAllocation, GpuSnapshot, SliceDevice, SliceDirectory
+from ..model import ClaimAccess, ClaimAllocation, GpuSnapshot, SliceDevice, SliceDirectory
 from .devices import Attribution, ClaimRef, EntityKey, Holder, NodeIndex, node_index, ordered
 
 NVIDIA_DRA_DRIVER: Final = "gpu.nvidia.com"
@@ -21,6 +21,7 @@ NVIDIA_DRA_DRIVER: Final = "gpu.nvidia.com"
 _PLACEMENT = re.compile(r"-mig-.*-(?P<start>\d+)$")
 NOT_PUBLISHED: Final = "no ResourceSlice of this node publishes it (yet)"
 NOT_ON_THIS_NODE: Final = "its slice names a GPU or MIG slice NVML does not list here"
+NO_ADMIN_ACCESS: Final = ClaimAccess()
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,9 @@ class ClaimHolders:
     """Every device of this node the DRA drivers publish (claimed or not)."""
     claimed: int = 0
     """Distinct claimed devices (driver, pool, device) resolved to a GPU or MIG instance."""
+    monitors: Mapping[EntityKey, tuple[Holder, ...]] = dataclasses.field(default_factory=dict)
+    """Pods that claim a device with admin access, or the exporter's own pod: they watch it
+    (their processes on it are not unallocated) but never label its series."""
 
 
 def _mig_by_parent(device: SliceDevice, node: NodeIndex,
@@ -61,17 +65,20 @@ def _key(device: SliceDevice, node: NodeIndex,
 
 
 def _claim_ref(claim: ClaimAllocation, device: SliceDevice, key: EntityKey,
-               mig_uuids: Mapping[EntityKey, str]) -> ClaimRef:
+               mig_uuids: Mapping[EntityKey, str], admin: bool) -> ClaimRef:
     """The MIG UUID is NVML's (an on-demand slice is published without one)."""
     mig = key[1] is not None
     return ClaimRef(claim.claim_name, claim.claim_namespace, claim.driver, claim.pool,
                     claim.device, device.profile if mig else None,
-                    (mig_uuids.get(key) or device.uuid) if mig else None)
+                    (mig_uuids.get(key) or device.uuid) if mig else None, admin)
 
 
 def claim_holders(gpus: Sequence[GpuSnapshot], claims: Iterable[ClaimAllocation],
-                  slices: SliceDirectory, drivers: Collection[str]) -> ClaimHolders:
-    """Holders of this node's GPUs and MIG instances through claims of `drivers`."""
+                  slices: SliceDirectory, drivers: Collection[str],
+                  access: ClaimAccess = NO_ADMIN_ACCESS,
+                  own_pod: tuple[str, str] | None = None) -> ClaimHolders:
+    """Holders of this node's GPUs and MIG instances through claims of `drivers`, and the
+    monitors: admin-access claims (`access`) and the exporter's own pod (namespace, name)."""
     node = node_index(gpus)
     by_index = {gpu.identity.index: gpu for gpu in gpus}
     mig_uuids: dict[EntityKey, str] = {(gpu.identity.index, i.gpu_instance_id): i.uuid
@@ -79,6 +86,7 @@ def claim_holders(gpus: Sequence[GpuSnapshot], claims: Iterable[ClaimAllocation]
     published = {(d.driver, d.pool, d.name): d for d in slices.devices if d.driver in drivers}
     keys = {name: _key(d, node, by_index) for name, d in published.items()}
     holders: dict[EntityKey, set[Holder]] = {}
+    monitors: dict[EntityKey, set[Holder]] = {}
     unresolved: dict[str, str] = {}
     claimed: set[tuple[str, str, str]] = set()
     for claim in claims:
@@ -89,23 +97,31 @@ def claim_holders(gpus: Sequence[GpuSnapshot], claims: Iterable[ClaimAllocation]
         if device is None or key is None:
             unresolved["/".join(name)] = NOT_PUBLISHED if device is None else NOT_ON_THIS_NODE
             continue
+        admin = (claim.claim_namespace, claim.claim_name, *name) in access.admin
+        watching = admin or own_pod == (claim.namespace, claim.pod)
         claimed.add(name)
-        holders.setdefault(key, set()).add(Holder(
+        (monitors if watching else holders).setdefault(key, set()).add(Holder(
             claim.namespace, claim.pod, claim.container, claim.driver,
             f"{claim.pool}/{claim.device}", claim.share_id,
-            _claim_ref(claim, device, key, mig_uuids)))
+            _claim_ref(claim, device, key, mig_uuids, admin)))
     managed = frozenset(key for key in keys.values() if key is not None)
-    return ClaimHolders({k: tuple(v) for k, v in holders.items()}, dict(sorted(unresolved.items())),
-                        managed, len(claimed))
+    return ClaimHolders({k: tuple(sorted(v)) for k, v in holders.items()},
+                        dict(sorted(unresolved.items())), managed, len(claimed),
+                        {k: tuple(sorted(v)) for k, v in monitors.items()})
 
 
 def merged(attribution: Attribution, claims: ClaimHolders,
-           pod_age: Mapping[tuple[str, str], int]) -> Attribution:
+           pod_age: Mapping[tuple[str, str], int], *, monitors: bool = False) -> Attribution:
     """Device-plugin and claim holders together, ordered by the same rules (a shared claim
-    is a shared device: one stable holder, or one series per holder with virtual GPUs)."""
-    if not claims.holders:
+    is a shared device: one stable holder, or one series per holder with virtual GPUs);
+    `monitors`: the monitors too (who may run processes on a device, not who labels it)."""
+    extra: dict[EntityKey, tuple[Holder, ...]] = dict(claims.holders)
+    if monitors:
+        for key, watching in claims.monitors.items():
+            extra[key] = (*extra.get(key, ()), *watching)
+    if not extra:
         return attribution
-    keys = set(attribution.holders) | set(claims.holders)
-    together = {key: ordered({*attribution.holders.get(key, ()), *claims.holders.get(key, ())},
+    keys = set(attribution.holders) | set(extra)
+    together = {key: ordered({*attribution.holders.get(key, ()), *extra.get(key, ())},
                              pod_age) for key in keys}
     return Attribution(together, attribution.unmatched)

@@ -53,6 +53,8 @@ class ClaimRef:
     device: str
     mig_profile: str | None = None
     mig_uuid: str | None = None
+    admin_access: bool = False
+    """Allocated with admin access: its pod monitors the device (claims.py)."""
 
     def label_pairs(self) -> list[tuple[str, str]]:
         pairs = [("dra_claim_name", self.claim_name),
@@ -162,6 +164,16 @@ def _resolve(ref: DeviceRef, node: NodeIndex) -> EntityKey | None:
         return None
     key = (index, ref.gpu_instance)
     return key if ref.gpu_instance is None or key in node.instances else None
+
+
+def without_pod(attribution: Attribution, pod: tuple[str, str] | None) -> Attribution:
+    """`attribution` less the holdings of `pod` (namespace, name): the exporter's own pod
+    monitors the GPUs it is given, it never uses them."""
+    if pod is None:
+        return attribution
+    kept = {key: rest for key, holders in attribution.holders.items()
+            if (rest := tuple(h for h in holders if (h.namespace, h.pod) != pod))}
+    return Attribution(kept, attribution.unmatched)
 
 
 def ordered(holders: set[Holder], pod_age: Mapping[tuple[str, str], int]) -> tuple[Holder, ...]:

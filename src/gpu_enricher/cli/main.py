@@ -170,6 +170,9 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         web_max_connections=get("web-max-connections", parse_max_connections,
                                 DEFAULT_MAX_CONNECTIONS),
         drop_labels=drop_labels,
+        # Downward-API variables (our chart sets them; the GPU Operator does not).
+        own_pod=((env["POD_NAMESPACE"], env["POD_NAME"])
+                 if env.get("POD_NAMESPACE") and env.get("POD_NAME") else None),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

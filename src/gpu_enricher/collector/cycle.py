@@ -3,11 +3,10 @@ API's document out. Pure: the collector calls it once per pass and swaps the res
 """
 
 import dataclasses
-from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..attribution.claims import ClaimHolders, claim_holders, merged
-from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute
+from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute, without_pod
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
 from ..attribution.workloads import (
     Allocation,
@@ -35,6 +34,7 @@ from ..health.status_families import status_families
 from ..health.xid import DEFAULT_WINDOW_MS, EMPTY_XIDS, XidSnapshot
 from ..model import (
     AssignmentSnapshot,
+    ClaimAccess,
     GpuInstance,
     GpuSnapshot,
     NodeSnapshot,
@@ -59,6 +59,8 @@ class JoinOptions:
     drop_labels: frozenset[str] = frozenset()
     """`--drop-labels`: left off the DCGM, event and process families when they are built,
     once per pass (the exporter's own prometheus_client metrics keep theirs)."""
+    own_pod: tuple[str, str] | None = None
+    """The exporter's own pod (POD_NAMESPACE, POD_NAME): a monitor, never a holder."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,8 @@ class CycleInputs:
     now: float = 0.0
     """Monotonic seconds, the clock of the event windows."""
     health: HealthIncidents | None = None
+    claim_access: ClaimAccess | None = None
+    """DRA: the devices claimed with admin access (monitors, not holders)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,20 +93,23 @@ class CycleOutputs:
     """DRA: the claim holders found and the claimed devices no slice resolves; None: off."""
 
 
-def _claims(inputs: CycleInputs, drivers: frozenset[str]) -> ClaimHolders | None:
+def _claims(inputs: CycleInputs, options: JoinOptions) -> ClaimHolders | None:
+    drivers = options.dra_drivers
     if not drivers or inputs.node is None or inputs.assignments is None:
         return None
     slices = inputs.slices or SliceDirectory()
-    found = claim_holders(inputs.node.gpus, inputs.assignments.claims, slices, drivers)
+    found = claim_holders(inputs.node.gpus, inputs.assignments.claims, slices, drivers,
+                          inputs.claim_access or ClaimAccess(), options.own_pod)
     # Before the first complete list of slices nothing is "unresolved" yet, only pending.
     return found if slices.synced else dataclasses.replace(found, unresolved={})
 
 
-def _attribution(inputs: CycleInputs, extra: Collection[str], pods: PodIndex,
+def _attribution(inputs: CycleInputs, options: JoinOptions, pods: PodIndex,
                  claims: ClaimHolders | None) -> Attribution:
     assert inputs.node is not None and inputs.assignments is not None
-    found = attribute(inputs.node.gpus, inputs.assignments.assignments, extra,
-                      inputs.assignments.pod_age)
+    found = without_pod(attribute(inputs.node.gpus, inputs.assignments.assignments,
+                                  options.extra_resources, inputs.assignments.pod_age),
+                        options.own_pod)
     if claims is not None:
         found = merged(found, claims, inputs.assignments.pod_age)
     return live_holders(found, pods) if pods.by_name else found
@@ -126,10 +133,10 @@ def _allocation(inputs: CycleInputs, pods: PodIndex,
                      resources)
     managed = frozenset(held.holders) | frozenset(free.holders)
     if claims is not None:  # a GPU a DRA driver publishes is handed out through claims
-        held = merged(held, claims, answer.pod_age)
+        held = merged(held, claims, answer.pod_age, monitors=True)
         # ... but only a kubelet that reports claims (v1, 1.34+ or its feature gate) tells us
         # who holds them: without any, no process on a DRA GPU can be called unallocated.
-        if claims.holders or claims.unresolved:
+        if claims.holders or claims.monitors or claims.unresolved:
             managed |= claims.managed | frozenset(claims.holders)
     return Allocation(held.holders, managed)
 
@@ -174,8 +181,8 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
 
 def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
     api = PodIndex.of(inputs.api_pods)
-    claims = _claims(inputs, options.dra_drivers)
-    attribution = (_attribution(inputs, options.extra_resources, api, claims)
+    claims = _claims(inputs, options)
+    attribution = (_attribution(inputs, options, api, claims)
                    if inputs.node is not None and inputs.assignments is not None else None)
     logs = PodIndex.of(inputs.log_pods)
     processes: tuple[GpuProcess, ...] = ()

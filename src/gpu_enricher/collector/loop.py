@@ -22,6 +22,7 @@ from ..health.source import HealthSource
 from ..health.xid import XidSnapshot
 from ..model import (
     AssignmentSnapshot,
+    ClaimAccess,
     GpuSnapshot,
     NodeSnapshot,
     PodDirectory,
@@ -57,6 +58,7 @@ class Collector:
         processes: Source[ProcessTable] | None = None,
         slices: Source[SliceDirectory] | None = None,
         xids: Source[XidSnapshot] | None = None,
+        claim_access: Source[ClaimAccess] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -66,6 +68,7 @@ class Collector:
         self.processes = processes
         self.slices = slices
         self.xids = xids
+        self.claim_access = claim_access
         # Clock-event counts and health verdicts come from the passes themselves: always kept
         # (cheap, no I/O).
         self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
@@ -73,7 +76,7 @@ class Collector:
         # A source's refresh may take most of a pass, never more (the kubelet's own deadline
         # is shorter); a stuck one is abandoned and counted.
         self._sources = SourceSet((assignments, pods, logs, processes, slices, xids,
-                                   self.clock_events, self.gpu_health),
+                                   claim_access, self.clock_events, self.gpu_health),
                                   max(1.0, options.interval_seconds))
         self.sources = self._sources.all
         self.options = options
@@ -131,7 +134,8 @@ class Collector:
             self._last_success,
             self.slices.snapshot() if self.slices is not None else None,
             self.xids.snapshot() if self.xids is not None else None,
-            self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot())
+            self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot(),
+            self.claim_access.snapshot() if self.claim_access is not None else None)
 
     def _render(self) -> Exposition:
         """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
@@ -143,7 +147,9 @@ class Collector:
             joined.attribution.unmatched if joined.attribution is not None else (),
             joined.claims.unresolved if joined.claims is not None else {})
         if joined.attribution is not None and self.snapshot is not None:
-            own.append(allocation_family(self.snapshot, joined.attribution))
+            own.append(allocation_family(
+                self.snapshot, joined.attribution,
+                joined.claims.monitors if joined.claims is not None else None))
         if joined.claims is not None:
             own += claim_family(joined.claims.claimed, joined.claims.unresolved)
         own += self._sources.families()
@@ -217,10 +223,13 @@ class Collector:
             if not self.ready and not all(task.done() for task in concurrent):
                 self.exposition = self._render()
                 self.ready = True
+            last = (*derived, self.claim_access)
             for source in self.sources:
-                if source.after_gpus and source not in derived:
+                if source.after_gpus and source not in last:
                     await self._sources.refresh(source, self.snapshot)
             await asyncio.gather(*concurrent)  # each bounded by the source set's deadline
+            if self.claim_access is not None:  # reads the claims of this pass's kubelet List
+                await self._sources.refresh(self.claim_access, self.snapshot)
         finally:
             for task in concurrent:
                 if not task.done():

@@ -27,6 +27,7 @@ class CollectorOptions:
     xid_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
     drop_labels: frozenset[str] = frozenset()
+    own_pod: tuple[str, str] | None = None
 
     def join(self) -> JoinOptions:
         return JoinOptions(
@@ -34,4 +35,4 @@ class CollectorOptions:
             extra_resources=self.extra_resources, process_metrics=self.process_metrics,
             pod_policy=self.pod_policy, dra_drivers=self.dra_drivers,
             xid_window_ms=self.xid_window_ms, clock_events_window_ms=self.clock_events_window_ms,
-            drop_labels=self.drop_labels)
+            drop_labels=self.drop_labels, own_pod=self.own_pod)

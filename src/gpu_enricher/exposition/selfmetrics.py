@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterable, Mapping
 from prometheus_client.metrics_core import Metric
 
 from .. import __version__
-from ..attribution.devices import Attribution, count_devices
+from ..attribution.devices import Attribution, ClaimRef, EntityKey, Holder, count_devices
 from ..fields import names
 from ..model import AssignmentSnapshot, NodeSnapshot, SourceHealth
 from .join import identity_pairs
@@ -161,11 +161,16 @@ def kubelet_list_families(cpu_seconds: float | None, deferred: int) -> list[Metr
     ]
 
 
-def allocation_family(snapshot: NodeSnapshot, attribution: Attribution) -> Metric:
-    """Every holder of every device, whatever the series show (shared devices included)."""
+def allocation_family(snapshot: NodeSnapshot, attribution: Attribution,
+                      monitors: Mapping[EntityKey, tuple[Holder, ...]] | None = None) -> Metric:
+    """Every holder of every device, whatever the series show (shared devices included), and
+    the pods that claim one with admin access (`monitors`: they label no series)."""
     by_index = {g.identity.index: g for g in snapshot.gpus}
     samples: list[tuple[Labels, float]] = []
-    for (index, gi), holders in sorted(attribution.holders.items(),
+    everyone: dict[EntityKey, tuple[Holder, ...]] = dict(attribution.holders)
+    for key, watching in (monitors or {}).items():
+        everyone[key] = (*everyone.get(key, ()), *watching)
+    for (index, gi), holders in sorted(everyone.items(),
                                        key=lambda item: (item[0][0], item[0][1] or -1)):
         gpu = by_index.get(index)
         if gpu is None:
@@ -176,12 +181,17 @@ def allocation_family(snapshot: NodeSnapshot, attribution: Attribution) -> Metri
         samples.extend(([*ident, ("resource", h.resource), ("device_id", h.device_id),
                          (names.LABEL_NAMESPACE, h.namespace), (names.LABEL_POD, h.pod),
                          (names.LABEL_CONTAINER, h.container),
-                         *(h.claim.label_pairs()[:2] if h.claim is not None else ())], 1)
+                         *(_claim_pairs(h.claim) if h.claim is not None else ())], 1)
                         for h in holders)
     return _family(f"{P}device_allocation_info", "gauge",
                    "A pod's container holds this device (time-slicing and MPS replicas "
-                   "included; a DRA claim's holders with dra_claim_name and "
-                   "dra_claim_namespace).", samples)
+                   "included; a DRA claim's holders with dra_claim_name, dra_claim_namespace "
+                   "and admin_access: true for a claim that monitors the device and labels "
+                   "none of its series).", samples)
+
+
+def _claim_pairs(claim: ClaimRef) -> list[tuple[str, str]]:
+    return [*claim.label_pairs()[:2], ("admin_access", "true" if claim.admin_access else "false")]
 
 
 def claim_family(resolved: int, unresolved: Collection[str]) -> list[Metric]:

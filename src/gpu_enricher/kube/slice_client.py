@@ -1,5 +1,6 @@
-"""The fetch half of the ResourceSlice watch: which `resource.k8s.io` version the cluster
-serves, and the list and watch calls for it, through kubernetes_asyncio's generated classes.
+"""The fetch half of the `resource.k8s.io` reads: which version the cluster serves, the list
+and watch calls of ResourceSlices, and the read of one ResourceClaim, through kubernetes_asyncio's
+generated classes.
 
 kubernetes_asyncio 36.1 has generated classes for v1, v1beta2 and v1beta1 (and the group's
 discovery in `ResourceApi`); with `_preload_content=False` they hand back the raw response,
@@ -8,7 +9,7 @@ read by `client.py` like the pod calls.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import aiohttp
 
@@ -56,23 +57,39 @@ async def discover_version(api: ApiClient, request_timeout_seconds: float) -> st
     return version
 
 
-def slice_calls(api: ApiClient, version: str, node_name: str,
-                request_timeout_seconds: float) -> ListWatchCalls:
-    """List and watch of the ResourceSlices of `node_name` in `version` (one of VERSIONS)."""
+def _generated(api: ApiClient, version: str) -> Any:
+    """The generated API class of `version` (one of VERSIONS)."""
     from kubernetes_asyncio.client.api.resource_v1_api import ResourceV1Api
     from kubernetes_asyncio.client.api.resource_v1beta1_api import ResourceV1beta1Api
     from kubernetes_asyncio.client.api.resource_v1beta2_api import ResourceV1beta2Api
 
-    generated: ResourceV1Api | ResourceV1beta2Api | ResourceV1beta1Api
     if version == "v1":
-        generated = ResourceV1Api(api)
-    elif version == "v1beta2":
-        generated = ResourceV1beta2Api(api)
-    elif version == "v1beta1":
-        generated = ResourceV1beta1Api(api)
-    else:
-        raise ValueError(f"not a version we read: {version!r}")
+        return ResourceV1Api(api)
+    if version == "v1beta2":
+        return ResourceV1beta2Api(api)
+    if version == "v1beta1":
+        return ResourceV1beta1Api(api)
+    raise ValueError(f"not a version we read: {version!r}")
+
+
+def slice_calls(api: ApiClient, version: str, node_name: str,
+                request_timeout_seconds: float) -> ListWatchCalls:
+    """List and watch of the ResourceSlices of `node_name` in `version` (one of VERSIONS)."""
     # Only the node is selected server-side: a field selector cannot OR several drivers, so
     # the driver filter is ours.
-    return generated_calls(generated.list_resource_slice, f"spec.nodeName={node_name}",
-                           request_timeout_seconds, version)
+    return generated_calls(_generated(api, version).list_resource_slice,
+                           f"spec.nodeName={node_name}", request_timeout_seconds, version)
+
+
+async def read_claim(api: ApiClient, version: str, namespace: str, name: str,
+                     request_timeout_seconds: float) -> Any:
+    """One ResourceClaim as raw JSON. Unread by the library: its typed models of
+    ResourceClaims do not load (a watch of them looks for a model class that does not exist)."""
+    method = _generated(api, version).read_namespaced_resource_claim
+    timeout = aiohttp.ClientTimeout(total=request_timeout_seconds)
+
+    async def call() -> aiohttp.ClientResponse:
+        answer = await method(name, namespace, _preload_content=False, _request_timeout=timeout)
+        return cast(aiohttp.ClientResponse, answer)
+
+    return await get_json(call)

@@ -77,7 +77,7 @@ class WatchTexts:
 _IMPORT_LOCK: Final = threading.Lock()
 
 
-def _import_all(modules: tuple[str, ...]) -> None:
+def import_library(modules: tuple[str, ...]) -> None:
     with _IMPORT_LOCK:
         for module in modules:
             importlib.import_module(module)
@@ -121,7 +121,7 @@ class ApiWatchSource(ABC, Generic[T]):
         await self._close_api()
         plan = self._plan()
         # The import takes about a second of CPU: done in a thread, /metrics keeps answering.
-        await asyncio.to_thread(_import_all, self._library)
+        await asyncio.to_thread(import_library, self._library)
         self._api = await open_api_client(plan)
         self._connects += 1
         return await self._calls(self._api, plan)

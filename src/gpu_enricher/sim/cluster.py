@@ -22,18 +22,23 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ..config import Config
 from .churn import HISTORY_TICKS, TICK_SECONDS, churned, pod_keys
 from .cluster_state import (
     DRA_DRIVER,
     claim_allocations,
+    claimed_devices,
     log_names,
     pod_metas,
     proc_files,
     slice_devices,
 )
 from .node import Scenario
+
+if TYPE_CHECKING:
+    from .fake_api.server import FakeKubeApi
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +127,7 @@ class SimulatedCluster:
             self.kubelet.set_allocatable(scenario.allocatable())
             self.api: FakeKubeApi = FakeKubeApi()
             self.api.set_pods(pod_object(meta, node_name) for meta in pod_metas(scenario))
+            _set_claims(self.api, scenario, node_name)
             devices = slice_devices(scenario, node_name)
             if devices:  # the simulated DRA driver's one slice: its pool is the node
                 self.api.set_slices([slice_object(node_name, DRA_DRIVER, node_name,
@@ -167,6 +173,14 @@ class SimulatedCluster:
 # --- churn: apply each tick to the fakes ---------------------------------------------------
 
 
+def _set_claims(api: "FakeKubeApi", scenario: Scenario, node_name: str) -> None:
+    from .fake_api.claims import StoredClaim
+
+    api.claims.set_claims(StoredClaim(namespace, name, devices, admin)
+                          for (namespace, name), (devices, admin)
+                          in claimed_devices(scenario, node_name).items())
+
+
 def apply(cluster: "SimulatedCluster", old: Scenario, new: Scenario) -> None:
     """Show `new` in the cluster's fakes: only the departed and new pods change in the API (a
     DELETED and an ADDED event each, as a rollout gives a watch)."""
@@ -174,6 +188,7 @@ def apply(cluster: "SimulatedCluster", old: Scenario, new: Scenario) -> None:
 
     cluster.kubelet.set_assignments(new.pods)
     cluster.kubelet.set_claims(claim_allocations(new, cluster.node_name))
+    _set_claims(cluster.api, new, cluster.node_name)
     before = set(cluster.api.pods)  # what the API holds, whatever a failed tick left
     after = {m.uid: m for m in pod_metas(new)}
     for uid in before - set(after):

@@ -48,6 +48,20 @@ def claim_allocations(scenario: Scenario, pool: str) -> tuple[ClaimAllocation, .
         for device in spec.claim_devices)
 
 
+ClaimedDevices = tuple[tuple[tuple[str, str, str], ...], bool]
+
+
+def claimed_devices(scenario: Scenario, pool: str) -> dict[tuple[str, str], ClaimedDevices]:
+    """(namespace, claim) → its devices (driver, pool, device) and whether with admin access:
+    the ResourceClaims the fake API serves."""
+    claims: dict[tuple[str, str], ClaimedDevices] = {}
+    for spec in scenario.pod_specs:
+        if spec.claim is not None:
+            devices = tuple((DRA_DRIVER, pool, dra_device_name(*d)) for d in spec.claim_devices)
+            claims[(spec.namespace, spec.claim)] = (devices, spec.admin_access)
+    return claims
+
+
 def slice_devices(scenario: Scenario, pool: str) -> tuple[SliceDevice, ...]:
     """The devices the simulated DRA driver publishes: the claimed ones."""
     gpus = {gpu.index: gpu for gpu in scenario.gpus}

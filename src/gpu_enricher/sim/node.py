@@ -83,6 +83,8 @@ class SimPod:
     claim: str | None = None
     """Its devices come through this DRA ResourceClaim instead of the device plugin."""
     claim_devices: tuple[tuple[int, int | None], ...] = ()  # (GPU index, GI or None)
+    admin_access: bool = False
+    """The claim monitors its devices (as the GPU Operator's DRA exporter claims every GPU)."""
 
 
 @dataclass(slots=True, eq=False)

@@ -57,7 +57,7 @@ _GPU_KEYS: Final = frozenset({
 })
 _POD_KEYS: Final = frozenset({
     "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids", "uid",
-    "labels", "claim",
+    "labels", "claim", "admin_access",
 })
 _INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
 _PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod", "container",
@@ -239,12 +239,15 @@ def _pod(raw: Any, gpus: tuple[SimGpu, ...], at: At) -> tuple[PodAssignment, Sim
         raise at.field(spec, "claim").error("a claim name, with gpus or mig (not device_ids)")
     devices: tuple[tuple[int, int | None], ...] = (
         () if claim is None else (*((i, None) for i in held), *slices))
+    admin = opt(spec, at, "admin_access", False, as_bool)
+    if admin and claim is None:
+        raise at.field(spec, "admin_access").error("admin access is a claim's: set claim too")
     assignment = PodAssignment(namespace, pod, container,
                                opt(spec, at, "resource", default_resource, as_text),
                                tuple(device_ids))
     return assignment, SimPod(namespace, pod, container,
                               opt(spec, at, "uid", pod_uid(namespace, pod), as_text),
-                              opt(spec, at, "labels", {}, as_labels), claim, devices)
+                              opt(spec, at, "labels", {}, as_labels), claim, devices, admin)
 
 
 def _check_gpus(gpus: tuple[SimGpu, ...], ats: list[At], specs: Sequence[Any]) -> None:

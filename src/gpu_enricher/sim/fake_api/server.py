@@ -1,5 +1,5 @@
 """A fake Kubernetes API server: pods and ResourceSlices, list and watch over HTTP on
-127.0.0.1, from memory.
+127.0.0.1, from memory; ResourceClaims by `GET` (`claims.py`).
 
 It answers `GET /api/v1/pods` and `GET /apis/resource.k8s.io/<version>/resourceslices` the
 way the API server does for the calls the exporter makes (kubernetes_asyncio's
@@ -30,6 +30,7 @@ from aiohttp import web
 
 from ...kube.events import ERROR, object_uid
 from ...kube.slices import API_GROUP
+from .claims import ClaimStore
 from .objects import (
     Json,
     event_line,
@@ -70,6 +71,8 @@ class FakeKubeApi:
         self.version = 1
         self._pods = Store()
         self._slices = Store()
+        self.claims = ClaimStore()
+        """ResourceClaims, read one by one (tests set them and their RBAC there)."""
         self._compacted = 0  # watches from before this version get 410
         self._expire_next: list[bool] = []  # True: as an ERROR event, False: as HTTP 410
         self._failures: list[tuple[int, bool | None]] = []
@@ -193,6 +196,8 @@ class FakeKubeApi:
         app.router.add_get(f"/apis/{API_GROUP}", self._group_handler)
         app.router.add_get(f"/apis/{API_GROUP}/", self._group_handler)
         app.router.add_get(f"/apis/{API_GROUP}/{{version}}/resourceslices", self._slices_handler)
+        app.router.add_get(f"/apis/{API_GROUP}/{{version}}/namespaces/{{namespace}}/"
+                           "resourceclaims/{name}", self._claim_handler)
         # handler_cancellation: a watch whose client went away ends, as on an API server.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
                                handler_cancellation=True)
@@ -255,6 +260,10 @@ class FakeKubeApi:
         return await self._serve(request, recorded, View(
             self._slices, SLICE_KIND, f"{API_GROUP}/{version}",
             lambda stored: render_slice(stored, version)))
+
+    async def _claim_handler(self, request: web.Request) -> web.StreamResponse:
+        self._record_request(request)
+        return self.claims.answer(request, self.resource_versions)
 
     async def _serve(self, request: web.Request, recorded: RecordedRequest,
                      view: View) -> web.StreamResponse:
