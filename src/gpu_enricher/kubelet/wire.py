@@ -212,8 +212,8 @@ class UnaryChannel:
         try:
             return self._exchange(sock, method, request, deadline, timeout_seconds)
         except TimeoutError:
-            raise KubeletError("DEADLINE_EXCEEDED", f"DEADLINE_EXCEEDED: no answer to {method} "
-                               f"within {timeout_seconds:g}s") from None
+            raise KubeletError("DEADLINE_EXCEEDED", f"DEADLINE_EXCEEDED: {method} not answered "
+                               f"whole within {timeout_seconds:g}s; cancelled") from None
         except ConnectionClosed:
             raise KubeletError("UNAVAILABLE", f"UNAVAILABLE: the kubelet closed the connection "
                                f"before answering {method}") from None
