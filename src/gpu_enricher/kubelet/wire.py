@@ -213,7 +213,7 @@ class UnaryChannel:
             return self._exchange(sock, method, request, deadline, timeout_seconds)
         except TimeoutError:
             raise KubeletError("DEADLINE_EXCEEDED", f"DEADLINE_EXCEEDED: {method} not answered "
-                               f"whole within {timeout_seconds:g}s; cancelled") from None
+                               f"whole within {timeout_seconds:g}s") from None
         except ConnectionClosed:
             raise KubeletError("UNAVAILABLE", f"UNAVAILABLE: the kubelet closed the connection "
                                f"before answering {method}") from None
