@@ -229,11 +229,16 @@ def test_tables() -> None:
     assert out.endswith("\n")
     devices = [line.split("  ") for line in out.split("\n\n")[0].splitlines()]
     assert [c.strip() for c in devices[0] if c] == [
-        "GPU", "GI", "MODEL/PROFILE", "MEMORY MiB", "UTIL", "HELD BY"]
+        "GPU", "GI", "MODEL/PROFILE", "UUID", "MEMORY MiB", "UTIL", "HELD BY"]
     assert "ml/train-0" in out.splitlines()[1] and "1500 / 23034" in out.splitlines()[1]
     assert "42%" in out.splitlines()[1]
     device_lines = out.split("\n\n")[0].splitlines()
-    assert device_lines[3].split()[:3] == ["1", "1", "4g.40gb"]
+    # Each GPU's UUID (its series' UUID label) and each MIG instance's own.
+    column = device_lines[0].index("UUID")
+    assert [[*line.split()[:2], line[column:].split()[0]] for line in device_lines[1:]] == [
+        ["0", "-", UUID0], ["1", "-", UUID1], ["1", "1", MIG1], ["1", "5", MIG5],
+        ["2", "-", "GPU-free"], ["3", "-", "GPU-lost"]]
+    assert device_lines[3].split()[:4] == ["1", "1", "4g.40gb", MIG1]
     assert device_lines[3].rstrip().endswith("dev/notebook")
     assert device_lines[4].rstrip().endswith("ml/infer-0")
     assert device_lines[5].rstrip().endswith("-")  # the free GPU: nobody holds it

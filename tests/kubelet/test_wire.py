@@ -117,7 +117,7 @@ async def test_a_well_formed_answer_and_what_the_request_says(path: Path) -> Non
 
 @pytest.mark.parametrize(("http_status", "code"), [
     (b"503", "UNAVAILABLE"), (b"404", "UNIMPLEMENTED"), (b"403", "PERMISSION_DENIED"),
-    (b"500", "UNKNOWN")])
+    (b"431", "INTERNAL"), (b"500", "UNKNOWN"), (b"abc", "UNKNOWN")])
 async def test_an_http_error_without_a_grpc_status_maps_as_grpc_does(
         path: Path, http_status: bytes, code: str) -> None:
     error = await failure(path, respond([(b":status", http_status)]))
@@ -137,13 +137,31 @@ async def test_a_grpc_error_reads_its_percent_encoded_message(path: Path) -> Non
     (message(b"abc", compressed=True), OK_TRAILERS, "compressed"),
     (message(b"abc", claimed=10), OK_TRAILERS, "ended inside its message"),
     (message(b"abc") + message(b"def"), OK_TRAILERS, "more than one message"),
-    (message(b"abc"), [], "without a gRPC status"),
     (b"", OK_TRAILERS, "has no message"),
-], ids=["compressed", "cut-off", "two-messages", "no-status", "no-message"])
+], ids=["compressed", "cut-off", "two-messages", "no-message"])
 async def test_a_malformed_answer_is_internal(
         path: Path, body: bytes, trailers: list[tuple[bytes, bytes]], says: str) -> None:
-    error = await failure(path, respond(GRPC_HEADERS, body, trailers or [(b"x-no", b"status")]))
+    error = await failure(path, respond(GRPC_HEADERS, body, trailers))
     assert error.code == "INTERNAL" and says in str(error), error
+
+
+async def test_an_answer_without_a_grpc_status_is_unknown(path: Path) -> None:
+    """HTTP 200 and no `grpc-status`: UNKNOWN, as gRPC's mapping says for 200 (a truly OK
+    answer has a status)."""
+    error = await failure(path, respond(GRPC_HEADERS, message(b"abc"), [(b"x-no", b"status")]))
+    assert error.code == "UNKNOWN" and "without a gRPC status" in str(error), error
+
+
+async def test_a_status_in_the_answer_wins_over_its_http_status(path: Path) -> None:
+    error = await failure(path, respond([(b":status", b"503"), (b"grpc-status", b"5")]))
+    assert error.code == "NOT_FOUND"
+
+
+async def test_an_informational_header_block_is_skipped(path: Path) -> None:
+    # ":status: 100" as a literal not indexed (HPACK 6.2.2), leaving the header table alone.
+    informational = HeadersFrame(1, b"\x08\x03100", flags=["END_HEADERS"]).serialize()
+    async with RawServer(path, informational + grpc_answer(b"\x0a\x00")):
+        assert await asyncio.to_thread(call, path) == b"\x0a\x00"
 
 
 async def test_a_length_prefix_above_the_limit_is_refused_before_anything_is_held(
@@ -263,9 +281,13 @@ def grpc_answer(body: bytes, before: bytes = b"") -> bytes:
         trailers.serialize()
 
 
-async def test_unknown_frames_and_a_graceful_goaway_leave_the_answer_whole(path: Path) -> None:
+@pytest.mark.parametrize("error", [0, 2], ids=["NO_ERROR", "INTERNAL_ERROR"])
+async def test_unknown_frames_and_a_goaway_that_took_our_call_leave_the_answer_whole(
+        path: Path, error: int) -> None:
+    """A GOAWAY whose last stream is ours, whatever its code: the call was taken and may run
+    until the connection closes (PROTOCOL-HTTP2.md, "GOAWAY Frame")."""
     unknown = b"\x00\x00\x09\x0b\x00\x00\x00\x00\x01ignore me"  # type 0xB on stream 1
-    goaway = GoAwayFrame(0, last_stream_id=1, error_code=0).serialize()  # ours still answered
+    goaway = GoAwayFrame(0, last_stream_id=1, error_code=error).serialize()
     async with RawServer(path, grpc_answer(b"\x0a\x00", unknown + goaway)):
         assert await asyncio.to_thread(call, path) == b"\x0a\x00"
 

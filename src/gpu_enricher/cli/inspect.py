@@ -1,8 +1,10 @@
 """`gpu-enricher inspect`: the query API as two tables, `nvidia-smi` with pod columns.
 
 Fetches `/api/v1/gpus` from a running exporter (default http://localhost:9400) and prints its
-GPUs and MIG instances with their holders, then every GPU process with its pod. The
-formatting is pure (`tables`); only `fetch` does I/O.
+GPUs and MIG instances with their UUIDs and holders, then every GPU process with its pod. A
+GPU's UUID is the `UUID` label of its series, and of its MIG instances' series (which add
+`GPU_I_ID`, the GI column); a MIG instance's own `MIG-…` UUID is what the kubelet's device IDs
+and NVIDIA_VISIBLE_DEVICES name. The formatting is pure (`tables`); only `fetch` does I/O.
 """
 
 import argparse
@@ -91,7 +93,8 @@ def tables(document: dict[str, Any]) -> str:
             state = "" if gpu.get("healthy", True) else " (lost)"
             devices.append([str(gpu["index"]), gi,
                             (gpu["model"] if is_gpu else device["profile"]) + state,
-                            memory, _pct(gpu.get("utilization_ratio")) if is_gpu else "-",
+                            device.get("uuid") or "-", memory,
+                            _pct(gpu.get("utilization_ratio")) if is_gpu else "-",
                             _holders(device)])
             for proc in device["processes"]:
                 allocated = {True: "yes", False: "NO", None: "-"}[proc.get("allocated")]
@@ -100,7 +103,8 @@ def tables(document: dict[str, Any]) -> str:
                                   _pct(proc.get("sm_utilization_ratio")),
                                   proc.get("namespace") or "-", proc.get("pod") or "-",
                                   proc.get("container") or "-", allocated])
-    lines = _grid(["GPU", "GI", "MODEL/PROFILE", "MEMORY MiB", "UTIL", "HELD BY"], devices)
+    lines = _grid(["GPU", "GI", "MODEL/PROFILE", "UUID", "MEMORY MiB", "UTIL", "HELD BY"],
+                  devices)
     lines.append("")
     if processes:
         lines += _grid(["GPU", "GI", "PID", "PROCESS", "MiB", "SM", "NAMESPACE", "POD",

@@ -8,8 +8,9 @@ and copies a received message while holding the GIL (~0.55 ms per MB: 27 ms for 
 HEADERS and one DATA frame, an answer HEADERS, DATA and trailers. `frames` builds and reads
 the frames, `hpack` codes the header blocks; this module keeps the stream's rules (flow
 control, SETTINGS and PING acknowledged, GOAWAY and RST_STREAM, CONTINUATION) and gRPC's
-(PROTOCOL-HTTP2.md in grpc/grpc): the 5-byte message prefix, `grpc-timeout`, `grpc-status` /
-`grpc-message`, and the HTTP status mapping for answers that are not gRPC.
+(PROTOCOL-HTTP2.md in grpc/grpc): the 5-byte message prefix, `grpc-status` / `grpc-message`,
+the call's deadline (sent as `grpc-timeout`, kept over the whole call, the stream cancelled at
+it); `statuses` names a failure as gRPC does (HTTP statuses, stream resets).
 
 One connection per call: nothing idle to go stale (a restarted kubelet is found at once, no
 GOAWAY or keepalive to handle), at the cost of one local connect per `List`.
@@ -50,24 +51,13 @@ from .frames import (
     frame,
     unpadded,
 )
+from .statuses import CANCEL, from_http_status, from_reset, http2_error_name, status_name
 
 SOCKET_MISSING: Final = "SOCKET_MISSING"  # reason labels next to gRPC's status code names
 SOCKET_ERROR: Final = "SOCKET_ERROR"
 TOO_LARGE: Final = "TOO_LARGE"
 """An answer above the receive limit (gRPC's own client says RESOURCE_EXHAUSTED, as for the
 kubelet's rate limit: a reason of its own tells them apart)."""
-
-STATUS_NAMES: Final = (
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-    "UNAUTHENTICATED")
-"""gRPC status codes by number (grpc/grpc doc/statuscodes.md)."""
-_HTTP_STATUS_CODES: Final = {400: "INTERNAL", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-                             404: "UNIMPLEMENTED", 429: "UNAVAILABLE", 502: "UNAVAILABLE",
-                             503: "UNAVAILABLE", 504: "UNAVAILABLE"}
-"""An HTTP status other than 200, as gRPC maps it (doc/http-grpc-status-mapping.md); UNKNOWN
-for the rest."""
 
 WINDOW: Final = 16 << 20
 """Flow-control window, per stream and for the connection: a large answer streams without
@@ -105,10 +95,6 @@ class KubeletError(Exception):
         self.code = code  # gRPC status name (UNAVAILABLE, RESOURCE_EXHAUSTED, …) or ours above
 
 
-def status_name(number: int) -> str:
-    return STATUS_NAMES[number] if 0 <= number < len(STATUS_NAMES) else "UNKNOWN"
-
-
 class _Answer:
     """One call's answer as it arrives: headers, the one length-prefixed message, trailers."""
 
@@ -125,11 +111,17 @@ class _Answer:
         self._size = self._filled = 0
 
     def add_headers(self, fields: dict[bytes, bytes]) -> None:
-        """The first header block holds the headers, a second the trailers."""
+        """The first header block holds the headers, a second the trailers. An informational
+        (1xx) block comes before the headers and is skipped (RFC 9113, section 8.1)."""
         if self._headers_received:
             self.trailers = fields
-        else:
+        elif not fields.get(b":status", b"").startswith(b"1"):
             self.headers, self._headers_received = fields, True
+
+    def status(self) -> bytes | None:
+        """The `grpc-status` received, if any: in the trailers, or in the headers of a
+        "trailers-only" answer (an error before any message)."""
+        return self.trailers.get(b"grpc-status", self.headers.get(b"grpc-status"))
 
     def take(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -160,19 +152,19 @@ class _Answer:
 
     def result(self) -> Message:
         """The message, or the error the answer stands for."""
-        http_status = self.headers.get(b":status", b"")
-        # A "trailers-only" answer (an error before any message) has its status in the headers.
-        status = self.trailers.get(b"grpc-status", self.headers.get(b"grpc-status"))
-        if status is None:
+        status = self.status()
+        if status is None:  # a status given is used whatever the HTTP status (the doc's rule)
+            http_status = self.headers.get(b":status", b"")
+            code = from_http_status(http_status)
             if http_status != b"200":
-                code = _HTTP_STATUS_CODES.get(int(http_status or 0), "UNKNOWN")
-                raise KubeletError(code, f"{code}: HTTP status {http_status.decode()} from the "
-                                   "kubelet's socket, not a gRPC answer")
-            raise KubeletError("INTERNAL", "INTERNAL: the answer ended without a gRPC status")
+                raise KubeletError(code, f"{code}: HTTP status {http_status.decode('latin-1')} "
+                                   "from the kubelet's socket, not a gRPC answer")
+            raise KubeletError(code, f"{code}: the answer ended without a gRPC status")
         code = status_name(int(status)) if status.isdigit() else "UNKNOWN"
         if code != "OK":
-            details = unquote(self.trailers.get(b"grpc-message",
-                                                self.headers.get(b"grpc-message", b"")).decode())
+            # Percent-encoded ASCII; whatever else arrives is shown, never an error of its own.
+            details = unquote(self.trailers.get(b"grpc-message", self.headers.get(
+                b"grpc-message", b"")).decode("latin-1"))
             raise KubeletError(code, f"{code}: {details}")
         if self.message is None:
             raise KubeletError("INTERNAL", "INTERNAL: the answer has no message")
@@ -186,6 +178,12 @@ class _Answer:
         self._view.release()
         if self.message is not None:
             release(self.message)
+
+
+def _ceil_ms(seconds: float) -> int:
+    """`seconds` in whole milliseconds, rounded up: the kubelet's deadline is never before ours,
+    so at ours we cancel, rather than racing its reset."""
+    return -(-round(seconds * 1_000_000) // 1000)
 
 
 class UnaryChannel:
@@ -214,8 +212,8 @@ class UnaryChannel:
         try:
             return self._exchange(sock, method, request, deadline, timeout_seconds)
         except TimeoutError:
-            raise KubeletError("DEADLINE_EXCEEDED", f"DEADLINE_EXCEEDED: no answer to {method} "
-                               f"within {timeout_seconds:g}s") from None
+            raise KubeletError("DEADLINE_EXCEEDED", f"DEADLINE_EXCEEDED: {method} not answered "
+                               f"whole within {timeout_seconds:g}s") from None
         except ConnectionClosed:
             raise KubeletError("UNAVAILABLE", f"UNAVAILABLE: the kubelet closed the connection "
                                f"before answering {method}") from None
@@ -234,12 +232,13 @@ class UnaryChannel:
                   timeout_seconds: float) -> Message:
         sock.settimeout(timeout_seconds)
         sock.connect(str(self.socket_path))
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
         headers = Encoder().encode([
             (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
             (b":authority", b"localhost"), (b"te", b"trailers"),
             (b"content-type", b"application/grpc"), (b"user-agent", b"gpu-enricher"),
             # The kubelet may give up too once the answer is of no use (ms, up to 8 digits).
-            (b"grpc-timeout", f"{min(int(timeout_seconds * 1000), 99_999_999)}m".encode()),
+            (b"grpc-timeout", f"{min(_ceil_ms(timeout_seconds), 99_999_999)}m".encode()),
         ])
         sock.sendall(b"".join((
             client_start({ENABLE_PUSH: 0, INITIAL_WINDOW_SIZE: WINDOW,
@@ -251,6 +250,14 @@ class UnaryChannel:
         answer = _Answer(method, self.max_receive_bytes)
         try:
             return self._receive(sock, answer, deadline)
+        except TimeoutError:
+            # Our deadline: cancel as a client does, so the kubelet stops sending at once
+            # (PROTOCOL-HTTP2.md, "Client Cancellation"); never waiting for room to send it.
+            answer.release()
+            with contextlib.suppress(OSError):
+                sock.setblocking(False)
+                sock.send(frame(RST_STREAM, 0, STREAM, CANCEL.to_bytes(4, "big")))
+            raise
         except BaseException:
             answer.release()
             raise
@@ -294,16 +301,17 @@ class UnaryChannel:
                 sock.sendall(frame(PING, ACK, 0, bytes(payload)))
             elif kind == RST_STREAM and stream == STREAM:
                 error = int.from_bytes(payload[:4], "big")
-                # REFUSED_STREAM (7): not processed, safe to retry; anything else broke the call.
-                code = "UNAVAILABLE" if error == 7 else "INTERNAL"
-                raise KubeletError(code, f"{code}: the kubelet reset the call (HTTP/2 error "
-                                   f"{error})")
+                if error == 0 and answer.status() is not None:
+                    break  # NO_ERROR after a status: the call ended with that status
+                code = from_reset(error, time.monotonic() >= deadline)
+                raise KubeletError(code, f"{code}: the kubelet reset the call "
+                                   f"(RST_STREAM {http2_error_name(error)})")
             elif kind == GOAWAY:
                 last_stream = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
-                error = int.from_bytes(payload[4:8], "big")
-                if last_stream < STREAM or error:  # else ours is answered before it closes
+                if last_stream < STREAM:  # else ours was accepted and runs until the close
+                    name = http2_error_name(int.from_bytes(payload[4:8], "big"))
                     raise KubeletError("UNAVAILABLE", "UNAVAILABLE: the kubelet closed the "
-                                       f"connection (GOAWAY, HTTP/2 error {error})")
+                                       f"connection before taking the call (GOAWAY {name})")
             elif kind in (PUSH_PROMISE, CONTINUATION):
                 raise ProtocolError(f"an unexpected frame of type {kind}")
             # PRIORITY, WINDOW_UPDATE (our request fits the initial window), unknown types,
