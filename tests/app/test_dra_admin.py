@@ -21,6 +21,7 @@ from tests.app.test_dra import (
     make_cluster,
     synced,
 )
+from tests.app.test_dra import runtime_dir as runtime_dir  # a fixture, used by name
 from tests.fake_nvml.build import FakeNvml
 from tests.samples import value
 

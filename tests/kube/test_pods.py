@@ -11,8 +11,9 @@ from gpu_enricher.kube.listwatch import ListWatchOptions, backoff_delay
 from gpu_enricher.kube.pods import apply_pod_event, bare_container_id, index_pods, parse_pod
 from gpu_enricher.model import PodMeta
 from gpu_enricher.sim.fake_api.objects import (
+    Selector,
     node_of,
-    parse_node_selector,
+    parse_field_selector,
     pod_object,
     selection_event,
 )
@@ -183,26 +184,34 @@ def test_pod_object_round_trips_through_parse_pod() -> None:
 def test_selection_event_follows_the_field_selector() -> None:
     on_a, on_b = {"spec": {"nodeName": "a"}}, {"spec": {"nodeName": "b"}}
     unbound: dict[str, Any] = {"spec": {}}
-    assert selection_event(None, on_a, 2, "a") == ("ADDED", on_a)
-    assert selection_event(unbound, on_a, 2, "a") == ("ADDED", on_a)
-    assert selection_event(on_a, on_a, 2, "a") == ("MODIFIED", on_a)
-    assert selection_event(None, on_b, 2, "a") is None
-    kind, obj = selection_event(on_a, None, 5, "a") or ("", {})
+    a = Selector(node="a")
+    assert selection_event(None, on_a, 2, a) == ("ADDED", on_a)
+    assert selection_event(unbound, on_a, 2, a) == ("ADDED", on_a)
+    assert selection_event(on_a, on_a, 2, a) == ("MODIFIED", on_a)
+    assert selection_event(None, on_b, 2, a) is None
+    kind, obj = selection_event(on_a, None, 5, a) or ("", {})
     assert kind == "DELETED" and obj["metadata"]["resourceVersion"] == "5"
-    assert selection_event(None, on_b, 2, None) == ("ADDED", on_b)
+    assert selection_event(None, on_b, 2, Selector()) == ("ADDED", on_b)
+    # A ConfigMap watch: one name in one namespace.
+    mine = Selector(name="metrics", namespace="ops")
+    cm = {"metadata": {"name": "metrics", "namespace": "ops"}}
+    other = {"metadata": {"name": "metrics", "namespace": "dev"}}
+    assert selection_event(None, cm, 2, mine) == ("ADDED", cm)
+    assert selection_event(None, other, 2, mine) is None
 
 
-@pytest.mark.parametrize("selector, node", [
-    (None, None), ("", None), ("spec.nodeName=gpu-1", "gpu-1"), ("spec.nodeName==gpu-1", "gpu-1"),
+@pytest.mark.parametrize("selector, expected", [
+    (None, Selector()), ("", Selector()), ("spec.nodeName=gpu-1", Selector(node="gpu-1")),
+    ("spec.nodeName==gpu-1", Selector(node="gpu-1")), ("metadata.name=x", Selector(name="x")),
 ])
-def test_parse_node_selector(selector: str | None, node: str | None) -> None:
-    assert parse_node_selector(selector) == node
+def test_parse_field_selector(selector: str | None, expected: Selector) -> None:
+    assert parse_field_selector(selector) == expected
 
 
-@pytest.mark.parametrize("selector", ["metadata.name=x", "spec.nodeName", "spec.nodeName=a,b=c"])
-def test_parse_node_selector_refuses_what_the_fake_does_not_serve(selector: str) -> None:
+@pytest.mark.parametrize("selector", ["metadata.uid=x", "spec.nodeName", "spec.nodeName=a,b=c"])
+def test_parse_field_selector_refuses_what_the_fake_does_not_serve(selector: str) -> None:
     with pytest.raises(ValueError):
-        parse_node_selector(selector)
+        parse_field_selector(selector)
 
 
 def test_backoff_doubles_to_the_cap_and_operator_failures_get_there_fast() -> None:

@@ -151,3 +151,19 @@ DEFAULT_MAX_CONNECTIONS: Final = 1024
 parse_read_header_timeout = whole_number("read-header timeout", 1)
 parse_idle_timeout = whole_number("idle timeout", 1)
 parse_max_connections = whole_number("connection limit", 1, unit="")
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def parse_configmap_ref(text: str) -> tuple[str, str] | None:
+    """`-m NAMESPACE:NAME` (dcgm-exporter's syntax); `none` (its default) or empty: off."""
+    value = text.strip()
+    if value in ("", "none"):
+        return None
+    namespace, sep, name = value.partition(":")
+    if not sep or not _DNS_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise UsageError(f"invalid ConfigMap {text!r}: expected NAMESPACE:NAME, e.g. "
+                         "gpu-operator:dcgm-metrics")
+    return namespace, name

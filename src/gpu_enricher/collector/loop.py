@@ -9,7 +9,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..backend import BackendUnavailable, GpuBackend
 from ..exposition.ownmetrics import OwnMetrics
@@ -59,6 +59,7 @@ class Collector:
         slices: Source[SliceDirectory] | None = None,
         xids: Source[XidSnapshot] | None = None,
         claim_access: Source[ClaimAccess] | None = None,
+        others: Sequence[Source[object]] = (),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -76,7 +77,10 @@ class Collector:
         # A source's refresh may take most of a pass, never more (the kubelet's own deadline
         # is shorter); a stuck one is abandoned and counted.
         self._sources = SourceSet((assignments, pods, logs, processes, slices, xids,
-                                   claim_access, self.clock_events, self.gpu_health),
+                                   claim_access, self.clock_events, self.gpu_health,
+                                   # Read by others than the join (reload.py: the -m
+                                   # ConfigMap): refreshed, health and self-metrics only.
+                                   *others),
                                   max(1.0, options.interval_seconds))
         self.sources = self._sources.all
         self.options = options

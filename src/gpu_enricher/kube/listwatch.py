@@ -62,11 +62,14 @@ class ResourceKind:
     scope: str = ""  # e.g. `on node gpu-1`, for messages only
     when_absent: str = ""
     """What the exporter does without this kind, for the `not_served` log line."""
+    namespace: str = ""
+    """A namespaced kind read in one namespace (RBAC: a Role there); "": all namespaces."""
 
     def rbac_hint(self) -> str:
+        where = (f"a Role and RoleBinding in namespace {self.namespace}" if self.namespace
+                 else "a ClusterRole and ClusterRoleBinding")
         return (f'grant the exporter\'s service account get, list and watch on apiGroups: '
-                f'["{self.api_group}"], resources: ["{self.resource}"] (a ClusterRole and '
-                "ClusterRoleBinding)")
+                f'["{self.api_group}"], resources: ["{self.resource}"] ({where})')
 
 
 @dataclass(frozen=True, slots=True)

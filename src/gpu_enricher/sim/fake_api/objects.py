@@ -1,4 +1,5 @@
-"""The pure half of the fake API server: pod objects, Status objects, watch lines, selectors.
+"""The pure half of the fake API server: pod and ConfigMap objects, Status objects, watch lines,
+selectors.
 
 A pod object here has the shape the API server sends (the fields `parse_pod` reads and the
 ones a reader expects beside them), so the fake exercises the real parsing path.
@@ -6,6 +7,7 @@ ones a reader expects beside them), so the fake exercises the real parsing path.
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ...kube.events import ADDED, DELETED, MODIFIED
@@ -17,6 +19,29 @@ Json = dict[str, Any]
 RUNTIME_SCHEMES: Final = {"containerd": "containerd://", "cri-o": "cri-o://",
                           "docker": "docker://"}
 _NODE_FIELD: Final = "spec.nodeName"
+_NAME_FIELD: Final = "metadata.name"
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """What one request selects: a field selector (`spec.nodeName=`, `metadata.name=`) and,
+    for a namespaced path, the namespace."""
+
+    node: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+
+    def selects(self, obj: Mapping[str, Any] | None) -> bool:
+        if obj is None:
+            return False
+        metadata = obj.get("metadata")
+        metadata = metadata if isinstance(metadata, Mapping) else {}
+        return ((self.node is None or node_of(obj) == self.node)
+                and (self.name is None or metadata.get("name") == self.name)
+                and (self.namespace is None or metadata.get("namespace") == self.namespace))
+
+
+ALL: Final = Selector()
 
 
 def pod_object(meta: PodMeta, node_name: str, *, runtime: str = "containerd",
@@ -57,18 +82,21 @@ def node_of(obj: Mapping[str, Any] | None) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
-def parse_node_selector(field_selector: str | None) -> str | None:
-    """The node of a `spec.nodeName=<node>` field selector; None without one.
+def parse_field_selector(field_selector: str | None, namespace: str | None = None) -> Selector:
+    """A `spec.nodeName=<node>` or `metadata.name=<name>` field selector (or none), within
+    `namespace` (None: all).
 
     ValueError for any other selector: the fake serves only what the exporter asks for.
     """
     if not field_selector:
-        return None
+        return Selector(namespace=namespace)
     key, sep, value = field_selector.partition("=")
     value = value.removeprefix("=")  # `==` is also accepted by the API server
-    if not sep or key != _NODE_FIELD or "," in value:
+    if not sep or key not in (_NODE_FIELD, _NAME_FIELD) or "," in value:
         raise ValueError(f"unsupported fieldSelector {field_selector!r}")
-    return value
+    if key == _NODE_FIELD:
+        return Selector(node=value, namespace=namespace)
+    return Selector(name=value, namespace=namespace)
 
 
 def status_object(code: int, reason: str, message: str) -> Json:
@@ -97,17 +125,27 @@ def with_resource_version(obj: Mapping[str, Any], version: int) -> Json:
 
 
 def selection_event(old: Json | None, new: Json | None, version: int,
-                    node: str | None) -> tuple[str, Json] | None:
-    """The event a watch of `node`'s pods (None: all pods) sees for one change, or None.
+                    selector: Selector) -> tuple[str, Json] | None:
+    """The event a watch of what `selector` selects sees for one change, or None.
 
     `old`/`new` are the object before and after (None: created, deleted). As the API server
-    does for a field selector, a pod entering the selection is ADDED, one leaving it DELETED.
+    does for a field selector, an object entering the selection is ADDED, one leaving it
+    DELETED.
     """
-    was = old is not None and (node is None or node_of(old) == node)
-    if new is not None and (node is None or node_of(new) == node):
+    was = selector.selects(old)
+    if new is not None and selector.selects(new):
         return (MODIFIED if was else ADDED), new
     if was:
         last = new if new is not None else old
         assert last is not None
         return DELETED, with_resource_version(last, version)
     return None
+
+
+def config_map_object(namespace: str, name: str, values: Mapping[str, str], *,
+                      uid: str | None = None) -> Json:
+    """A ConfigMap as the API server returns it."""
+    return {"kind": "ConfigMap", "apiVersion": "v1",
+            "metadata": {"namespace": namespace, "name": name,
+                         "uid": uid or f"cm-{namespace}-{name}"},
+            "data": dict(values)}

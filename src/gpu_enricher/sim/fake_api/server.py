@@ -6,11 +6,12 @@ way the API server does for the calls the exporter makes (kubernetes_asyncio's
 `list_pod_for_all_namespaces`, `Resource<Version>Api.list_resource_slice`): a list with the
 current resourceVersion, or with `watch=true` a chunked body of one JSON event per line,
 replaying the changes after the asked resourceVersion, then live ones, until `timeoutSeconds`.
-The `spec.nodeName=<node>` field selector is honoured, with the API server's rule that an object
-entering or leaving the selection is ADDED or DELETED for that watch. `resource.k8s.io` is
-served in the versions of `resource_versions` (none: its discovery and paths answer 404), one
-stored slice rendered in each version's shape; resourceVersions are shared by all kinds, as
-etcd's revision is.
+ConfigMaps are listed and watched per namespace (`/api/v1/namespaces/<ns>/configmaps`).
+The `spec.nodeName=<node>` and `metadata.name=<name>` field selectors are honoured, with the API
+server's rule that an object entering or leaving the selection is ADDED or DELETED for that
+watch. `resource.k8s.io` is served in the versions of `resource_versions` (none: its discovery
+and paths answer 404), one stored slice rendered in each version's shape; resourceVersions are
+shared by all kinds, as etcd's revision is.
 
 Controls make it misbehave as a real one does: bookmarks, watches ended (normally, or dropped
 when it stops), 410 Gone (HTTP or an ERROR event in the stream), injected failures (403, 500,
@@ -33,8 +34,9 @@ from ...kube.slices import API_GROUP
 from .claims import ClaimStore
 from .objects import (
     Json,
+    Selector,
     event_line,
-    parse_node_selector,
+    parse_field_selector,
     status_object,
 )
 from .slices import KIND as SLICE_KIND
@@ -71,6 +73,7 @@ class FakeKubeApi:
         self.version = 1
         self._pods = Store()
         self._slices = Store()
+        self._config_maps = Store()
         self.claims = ClaimStore()
         """ResourceClaims, read one by one (tests set them and their RBAC there)."""
         self._compacted = 0  # watches from before this version get 410
@@ -114,6 +117,13 @@ class FakeKubeApi:
     def delete_slice(self, uid: str) -> None:
         self._delete(self._slices, uid)
 
+    def upsert_config_map(self, obj: Mapping[str, Any]) -> str:
+        """Create or replace a ConfigMap (keyed by `metadata.uid`); returns its resourceVersion."""
+        return self._upsert(self._config_maps, obj)
+
+    def delete_config_map(self, uid: str) -> None:
+        self._delete(self._config_maps, uid)
+
     def _set(self, store: Store, objects: Iterable[Mapping[str, Any]],
              upsert: Callable[[Mapping[str, Any]], str]) -> None:
         wanted = {object_uid(o): o for o in objects}
@@ -135,7 +145,7 @@ class FakeKubeApi:
         for watch in self._watches:
             if watch.view.store is not store or watch.silent:
                 continue
-            event = change.event_for(watch.node)
+            event = change.event_for(watch.selector)
             if event is not None:
                 watch.lines.put_nowait(watch.view.line(event))
 
@@ -161,7 +171,7 @@ class FakeKubeApi:
         """Forget the history up to `through` (None: now): a watch from an older version gets
         410, as an ERROR event."""
         self._compacted = self.version if through is None else through
-        for store in (self._pods, self._slices):
+        for store in (self._pods, self._slices, self._config_maps):
             store.changes = [c for c in store.changes if c.version > self._compacted]
 
     def fail_next(self, status: int, count: int = 1, *, watch: bool | None = None) -> None:
@@ -192,6 +202,7 @@ class FakeKubeApi:
             raise RuntimeError("FakeKubeApi is already running")
         app = web.Application()
         app.router.add_get("/api/v1/pods", self._pods_handler)
+        app.router.add_get("/api/v1/namespaces/{namespace}/configmaps", self._config_maps_handler)
         # kubernetes_asyncio asks for the group with a trailing slash; kubectl without.
         app.router.add_get(f"/apis/{API_GROUP}", self._group_handler)
         app.router.add_get(f"/apis/{API_GROUP}/", self._group_handler)
@@ -246,6 +257,10 @@ class FakeKubeApi:
         return await self._serve(request, self._record_request(request),
                                  View(self._pods, "Pod", "v1", dict))
 
+    async def _config_maps_handler(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._record_request(request),
+                                 View(self._config_maps, "ConfigMap", "v1", dict))
+
     async def _group_handler(self, request: web.Request) -> web.StreamResponse:
         self._record_request(request)
         if not self.resource_versions:
@@ -271,15 +286,17 @@ class FakeKubeApi:
         if status is not None:
             return error_response(status, f"injected {status}")
         try:
-            node = parse_node_selector(request.query.get("fieldSelector"))
+            selector = parse_field_selector(request.query.get("fieldSelector"),
+                                            request.match_info.get("namespace"))
         except ValueError as exc:
             return error_response(400, str(exc))
         if not recorded.watch:
-            return json_response(200, view.list_body(view.store.selected(node), self.version))
-        return await self._serve_watch(request, view, node)
+            return json_response(200, view.list_body(view.store.selected(selector),
+                                                     self.version))
+        return await self._serve_watch(request, view, selector)
 
     async def _serve_watch(self, request: web.Request, view: View,
-                           node: str | None) -> web.StreamResponse:
+                           selector: Selector) -> web.StreamResponse:
         query = request.query
         try:
             since = int(query.get("resourceVersion") or 0)
@@ -300,10 +317,10 @@ class FakeKubeApi:
         if self.end_watches_immediately:
             await response.write_eof()
             return response
-        watch = Watch(view, node, query.get("allowWatchBookmarks", "").lower() in ("true", "1"),
+        watch = Watch(view, selector, query.get("allowWatchBookmarks", "").lower() in ("true", "1"),
                       self.stall_watches)
         if not watch.silent:
-            for event in view.store.backlog(since, node):
+            for event in view.store.backlog(since, selector):
                 watch.lines.put_nowait(view.line(event))
         self._watches.add(watch)
         try:

@@ -20,8 +20,8 @@ from ...kube.events import ADDED, BOOKMARK, object_uid
 from .objects import (
     STATUS_REASONS,
     Json,
+    Selector,
     event_line,
-    node_of,
     selection_event,
     status_object,
     with_resource_version,
@@ -51,8 +51,8 @@ class Change:
     old: Json | None  # None: created
     new: Json | None  # None: deleted
 
-    def event_for(self, node: str | None) -> tuple[str, Json] | None:
-        return selection_event(self.old, self.new, self.version, node)
+    def event_for(self, selector: Selector) -> tuple[str, Json] | None:
+        return selection_event(self.old, self.new, self.version, selector)
 
 
 @dataclass(eq=False)
@@ -81,16 +81,15 @@ class Store:
         self.changes.append(change)
         return change
 
-    def selected(self, node: str | None) -> list[Json]:
-        """The objects a `spec.nodeName=<node>` selector (None: none) selects."""
-        return [o for o in self.objects.values() if node is None or node_of(o) == node]
+    def selected(self, selector: Selector) -> list[Json]:
+        return [o for o in self.objects.values() if selector.selects(o)]
 
-    def backlog(self, since: int, node: str | None) -> list[tuple[str, Json]]:
+    def backlog(self, since: int, selector: Selector) -> list[tuple[str, Json]]:
         """What a new watch from `since` sees first: the changes after it or, from 0 (no
         version), the current objects as ADDED."""
         if not since:
-            return [(ADDED, o) for o in self.selected(node)]
-        events = (c.event_for(node) for c in self.changes if c.version > since)
+            return [(ADDED, o) for o in self.selected(selector)]
+        events = (c.event_for(selector) for c in self.changes if c.version > since)
         return [e for e in events if e is not None]
 
 
@@ -120,7 +119,7 @@ class View:
 @dataclass(eq=False)
 class Watch:
     view: View
-    node: str | None
+    selector: Selector
     bookmarks: bool
     silent: bool
     lines: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
