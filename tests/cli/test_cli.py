@@ -215,11 +215,13 @@ def test_unknown_flag_close_to_a_known_one_suggests_it(
 def test_go_style_single_dash_long_flags_as_dcgm_exporter_takes_them() -> None:
     config, warnings = parse_config(
         ["-collectors", "/etc/c.csv", "-kubernetes", "-debug=true", "-no-hostname=t",
-         "-collect-interval=2000", "-rbmn", "-c", "1000"], {})
+         "-collect-interval=2000", "-rbmn", "-c", "1000", "-use-old-namespace",
+         "-enable-pprof"], {})
     assert config.collectors == Path("/etc/c.csv")
     assert config.kubernetes and config.debug and config.hostname is None
     assert config.collect_interval_ms == 1000, "the later -c wins, as with --"
-    assert [w.split("=")[0] for w in warnings] == ["--replace-blanks-in-model-name"]
+    assert config.replace_blanks_in_model_name and config.use_old_namespace
+    assert [w.split("=")[0] for w in warnings] == ["--enable-pprof"]
     config, _ = parse_config(["--kubernetes=F", "-d", "f"], {})
     assert not config.kubernetes, "Go's strconv.ParseBool spellings"
 
@@ -268,13 +270,14 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     assert compat, out
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
-    # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13)
-    assert len(ignored) == 30
+    # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13),
+    # -d, -rbmn, -o (24)
+    assert len(ignored) == 27
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
     assert len(compat.strip().splitlines()) < 20
-    assert "-rbmn/--replace-blanks-in-model-name" in compat
+    assert "-rbmn [true|false], --replace-blanks-in-model-name" in implemented
     # Multi-letter single-dash names only where dcgm-exporter has them.
     singles = {t.split("/")[0].strip(",[") for t in out.split() if t.startswith("-")
                and not t.startswith("--")}

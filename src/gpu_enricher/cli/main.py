@@ -41,6 +41,7 @@ from .flag_values import (
     parse_bool,
     parse_config_check_interval,
     parse_cpu_budget,
+    parse_devices,
     parse_driver_names,
     parse_drop_labels,
     parse_gpu_id_type,
@@ -170,6 +171,9 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         web_max_connections=get("web-max-connections", parse_max_connections,
                                 DEFAULT_MAX_CONNECTIONS),
         drop_labels=drop_labels,
+        devices=get("devices", parse_devices, "f"),
+        replace_blanks_in_model_name=switch("replace-blanks-in-model-name"),
+        use_old_namespace=switch("use-old-namespace"),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:
