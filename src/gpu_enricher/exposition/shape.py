@@ -132,6 +132,14 @@ def monitored(node: NodeSnapshot, selection: DeviceSelection) -> list[Part]:
     return parts
 
 
+def unmatched(node: NodeSnapshot, selection: DeviceSelection) -> list[str]:
+    """The ids of `selection` that name nothing in `node`, as `g:ID` and `i:ID`."""
+    indices = {gpu.identity.index for gpu in node.gpus}
+    entities = {inst.entity_id for gpu in node.gpus for inst in gpu.instances}
+    return ([f"g:{i}" for i in selection.gpu_ids or () if i not in indices]
+            + [f"i:{i}" for i in selection.instance_ids or () if i not in entities])
+
+
 # dcgm-exporter's -o (internal/pkg/transformation/const.go, gpu_collector.go `toMetric`): the
 # 1.x names of the GPU UUID label and the three pod attributes; nothing else is renamed.
 OLD_NAMES: Final = {
