@@ -63,6 +63,23 @@ def test_dcgm_manifest_env_and_flags_are_accepted() -> None:
     assert len(warnings) == 1
 
 
+def test_shape_flags_from_the_command_line_and_dcgm_exporters_variables() -> None:
+    config, warnings = parse_config(["-d", "g:0,2-3", "-rbmn", "-o"], {})
+    assert (config.devices, config.replace_blanks_in_model_name, config.use_old_namespace) == (
+        "g:0,2-3", True, True)
+    assert warnings == []
+    config, _ = parse_config([], {"DCGM_EXPORTER_DEVICES_STR": "i:7",
+                                  "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME": "true",
+                                  "DCGM_EXPORTER_USE_OLD_NAMESPACE": "1"})
+    assert (config.devices, config.replace_blanks_in_model_name, config.use_old_namespace) == (
+        "i:7", True, True)
+    config, _ = parse_config(["--devices", "g"], {"DCGM_EXPORTER_DEVICES_STR": "i"})
+    assert config.devices == "g", "the command line wins"
+    config, _ = parse_config([], {})
+    assert (config.devices, config.replace_blanks_in_model_name, config.use_old_namespace) == (
+        "f", False, False)
+
+
 def test_dra_flags_and_the_operators_variable() -> None:
     config, warnings = parse_config(["-k"], {"DCGM_EXPORTER_KUBERNETES_ENABLE_DRA": "true",
                                              "NODE_NAME": "n"})
@@ -140,6 +157,13 @@ def test_bad_addresses(bad: str) -> None:
         (["--kubernetes-gpu-id-type", "index"], {}, "invalid kubernetes GPU id type 'index'"),
         (["-c", "soon"], {}, "--collect-interval=soon: "),
         ([], {"DCGM_EXPORTER_NO_HOSTNAME": "maybe"}, "DCGM_EXPORTER_NO_HOSTNAME=maybe: "),
+        (["-d", "g+x"], {}, "--devices=g+x: the only valid options are 'f', 'g', or 'i', but "
+                            "found 'x'"),
+        (["-d", "g:0-"], {}, '--devices=g:0-: strconv.Atoi: parsing "": invalid syntax'),
+        ([], {"DCGM_EXPORTER_DEVICES_STR": "f:0"},
+         "DCGM_EXPORTER_DEVICES_STR=f:0: no range can be specified with the flex option 'f'"),
+        ([], {"DCGM_EXPORTER_USE_OLD_NAMESPACE": "old"}, "DCGM_EXPORTER_USE_OLD_NAMESPACE=old: "
+                                                         "invalid boolean 'old'"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(argv: list[str], env: dict[str, str], message: str,
