@@ -81,8 +81,8 @@ async def exposition(fake: FakeNvml, runtime_dir: Path,
     kubelet = FakeKubelet(runtime_dir / "kubelet.sock")
     await kubelet.start()
     api = FakeKubeApi()
-    api.set_pods([pod_object(PodMeta(TRAINER_UID, "ml", "trainer-0", {"team": "vision"},
-                                     "Running"), NODE),
+    api.set_pods([pod_object(PodMeta(TRAINER_UID, "ml", "trainer-0",
+                                     {"team": "vision", "pod_name": "clash"}, "Running"), NODE),
                   pod_object(PodMeta(SLICER_UID, "ml", "slicer-0", {"team": "search"},
                                      "Running"), NODE)])
     await api.start()
@@ -198,7 +198,7 @@ async def test_replace_blanks_env_as_the_chart_sets_it(exposition: Exposition) -
 
 def old_names(pod_uid: bool) -> str:
     """-o with pod labels (and UIDs): `uuid`; the label map (`team`) before the attributes,
-    sorted by their 1.x names; a pod label never takes one of them."""
+    sorted by their 1.x names; a pod label named like one (`pod_name`) is prefixed."""
     def pod(container: str, name: str, uid: str) -> str:
         attrs = [f'container_name="{container}"', f'pod_name="{name}"', 'pod_namespace="ml"']
         return ",".join(attrs + ([f'pod_uid="{uid}"'] if pod_uid else []))
@@ -206,7 +206,8 @@ def old_names(pod_uid: bool) -> str:
     trainer = pod("pytorch", "trainer-0", TRAINER_UID)
     slicer = pod("main", "slicer-0", SLICER_UID)
     return golden(
-        (f'{ident(0, "uuid")},{HOST},team="vision",{trainer}', 1024, 30),
+        (f'{ident(0, "uuid")},{HOST},pod_label_pod_name="clash",team="vision",{trainer}', 1024,
+         30),
         (f'{ident(1, "uuid")},{GI1},{HOST}', 100, 31),
         (f'{ident(1, "uuid")},{GI5},{HOST},team="search",{slicer}', 500, 31),
         (f'{ident(2, "uuid")},{HOST}', 3072, 32), (f'{ident(3, "uuid")},{HOST}', 4096, 33))
