@@ -49,6 +49,9 @@ class Config:
     web_max_connections: int = 1024  # more are refused at once
     drop_labels: frozenset[str] = frozenset()  # left off the DCGM and process series
     own_pod: tuple[str, str] | None = None  # (POD_NAMESPACE, POD_NAME): never a GPU's holder
+    devices: str = "f"  # -d, dcgm-exporter's syntax (exposition/shape.py), checked by the CLI
+    replace_blanks_in_model_name: bool = False  # -rbmn
+    use_old_namespace: bool = False  # -o: 1.x names of the UUID and pod labels
 
     @property
     def kube_api(self) -> bool:

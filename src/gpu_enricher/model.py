@@ -37,6 +37,11 @@ class GpuInstance:
     placement_start: int | None = None
     """The first memory slice it occupies (`nvmlGpuInstanceGetInfo`): tells apart instances
     of one profile, as DRA's MIG device names do."""
+    entity_id: int | None = None
+    """DCGM's GPU-instance entity id, which dcgm-exporter's `-d i:IDS` selects by: the GPU's
+    index times its MIG device slots (`nvmlDeviceGetMaxMigDeviceCount`, 7 on an A100 or H100)
+    plus the instance's rank on that GPU, ordered by profile index, then GPU instance id, as
+    DCGM's cache manager enumerates them."""
 
 
 @dataclass(frozen=True, slots=True)

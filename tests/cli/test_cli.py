@@ -63,6 +63,23 @@ def test_dcgm_manifest_env_and_flags_are_accepted() -> None:
     assert len(warnings) == 1
 
 
+def test_shape_flags_from_the_command_line_and_dcgm_exporters_variables() -> None:
+    config, warnings = parse_config(["-d", "g:0,2-3", "-rbmn", "-o"], {})
+    assert (config.devices, config.replace_blanks_in_model_name, config.use_old_namespace) == (
+        "g:0,2-3", True, True)
+    assert warnings == []
+    config, _ = parse_config([], {"DCGM_EXPORTER_DEVICES_STR": "i:7",
+                                  "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME": "true",
+                                  "DCGM_EXPORTER_USE_OLD_NAMESPACE": "1"})
+    assert (config.devices, config.replace_blanks_in_model_name, config.use_old_namespace) == (
+        "i:7", True, True)
+    config, _ = parse_config(["--devices", "g"], {"DCGM_EXPORTER_DEVICES_STR": "i"})
+    assert config.devices == "g", "the command line wins"
+    config, _ = parse_config([], {})
+    assert (config.devices, config.replace_blanks_in_model_name, config.use_old_namespace) == (
+        "f", False, False)
+
+
 def test_dra_flags_and_the_operators_variable() -> None:
     config, warnings = parse_config(["-k"], {"DCGM_EXPORTER_KUBERNETES_ENABLE_DRA": "true",
                                              "NODE_NAME": "n"})
@@ -140,6 +157,13 @@ def test_bad_addresses(bad: str) -> None:
         (["--kubernetes-gpu-id-type", "index"], {}, "invalid kubernetes GPU id type 'index'"),
         (["-c", "soon"], {}, "--collect-interval=soon: "),
         ([], {"DCGM_EXPORTER_NO_HOSTNAME": "maybe"}, "DCGM_EXPORTER_NO_HOSTNAME=maybe: "),
+        (["-d", "g+x"], {}, "--devices=g+x: the only valid options are 'f', 'g', or 'i', but "
+                            "found 'x'"),
+        (["-d", "g:0-"], {}, '--devices=g:0-: strconv.Atoi: parsing "": invalid syntax'),
+        ([], {"DCGM_EXPORTER_DEVICES_STR": "f:0"},
+         "DCGM_EXPORTER_DEVICES_STR=f:0: no range can be specified with the flex option 'f'"),
+        ([], {"DCGM_EXPORTER_USE_OLD_NAMESPACE": "old"}, "DCGM_EXPORTER_USE_OLD_NAMESPACE=old: "
+                                                         "invalid boolean 'old'"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(argv: list[str], env: dict[str, str], message: str,
@@ -215,11 +239,13 @@ def test_unknown_flag_close_to_a_known_one_suggests_it(
 def test_go_style_single_dash_long_flags_as_dcgm_exporter_takes_them() -> None:
     config, warnings = parse_config(
         ["-collectors", "/etc/c.csv", "-kubernetes", "-debug=true", "-no-hostname=t",
-         "-collect-interval=2000", "-rbmn", "-c", "1000"], {})
+         "-collect-interval=2000", "-rbmn", "-c", "1000", "-use-old-namespace",
+         "-enable-pprof"], {})
     assert config.collectors == Path("/etc/c.csv")
     assert config.kubernetes and config.debug and config.hostname is None
     assert config.collect_interval_ms == 1000, "the later -c wins, as with --"
-    assert [w.split("=")[0] for w in warnings] == ["--replace-blanks-in-model-name"]
+    assert config.replace_blanks_in_model_name and config.use_old_namespace
+    assert [w.split("=")[0] for w in warnings] == ["--enable-pprof"]
     config, _ = parse_config(["--kubernetes=F", "-d", "f"], {})
     assert not config.kubernetes, "Go's strconv.ParseBool spellings"
 
@@ -268,13 +294,14 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     assert compat, out
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
-    # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13)
-    assert len(ignored) == 30
+    # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13),
+    # -d, -rbmn, -o (24)
+    assert len(ignored) == 27
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
     assert len(compat.strip().splitlines()) < 20
-    assert "-rbmn/--replace-blanks-in-model-name" in compat
+    assert "-rbmn [true|false], --replace-blanks-in-model-name" in implemented
     # Multi-letter single-dash names only where dcgm-exporter has them.
     singles = {t.split("/")[0].strip(",[") for t in out.split() if t.startswith("-")
                and not t.startswith("--")}

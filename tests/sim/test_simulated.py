@@ -42,6 +42,8 @@ def test_builtin_node_shape() -> None:
     mig = snap.gpus[2]
     assert mig.mig_enabled and [i.profile for i in mig.instances] == ["3g.40gb", "2g.20gb",
                                                                        "1g.10gb"]
+    # DCGM's entity ids (`-d i:IDS`): GPU 2 * 7 slots + the rank by profile (1g, 2g, 3g).
+    assert [i.entity_id for i in mig.instances] == [16, 15, 14]
     # The L4 is held through a DRA claim (vision/detector-0), and a pod that holds no GPU
     # runs a process on it too.
     taken = snap.gpus[3]

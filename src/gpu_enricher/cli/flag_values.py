@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Final
 
 from ..exposition.label_drop import refusal
+from ..exposition.shape import DeviceOptionError, parse_selection
 
 DEFAULT_ADDRESS: Final = ":9400"
 DEFAULT_INTERVAL_MS: Final = 5000
@@ -110,6 +111,16 @@ def parse_drop_labels(text: str) -> frozenset[str]:
         if why is not None:
             raise UsageError(f"label {name!r} cannot be dropped: {why}")
     return labels
+
+
+def parse_devices(text: str) -> str:
+    """dcgm-exporter's `-d` (`f`, `g[:IDS]`, `i[:IDS]`, `g[:IDS]+i[:IDS]`), refused with its
+    own message; the text itself is kept (the collector reads it)."""
+    try:
+        parse_selection(text)
+    except DeviceOptionError as exc:
+        raise UsageError(str(exc)) from None
+    return text
 
 
 def parse_regexes(text: str) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from .flag_values import (
     parse_bool,
     parse_config_check_interval,
     parse_cpu_budget,
+    parse_devices,
     parse_driver_names,
     parse_drop_labels,
     parse_gpu_id_type,
@@ -82,6 +83,16 @@ OPTIONS: Final = (
            "the host label's name: Hostname (default, as dcgm-exporter's releases) or hostname "
            "(as dcgm-exporter's main branch since #655), on every series that has it",
            "Hostname|hostname"),
+    Option("devices", "d", parse_devices,
+           "which GPUs and MIG GPU instances get series, as dcgm-exporter: f (default: the GPU "
+           "instances of a GPU that has some, every other GPU whole), g[:IDS] (GPUs by index, "
+           "a MIG GPU whole), i[:IDS] (GPU instances by DCGM entity id), g[:IDS]+i[:IDS] both; "
+           "IDS like 0,2-4 (docs/collection.md)", "SELECTOR"),
+    Option("replace-blanks-in-model-name", "rbmn", None,
+           "runs of blanks in the modelName label become one dash (NVIDIA-H100-80GB-HBM3)"),
+    Option("use-old-namespace", "o", None,
+           "dcgm-exporter 1.x label names on the DCGM series: uuid, pod_name, pod_namespace, "
+           "container_name"),
     Option("drop-labels", None, parse_drop_labels,
            "leave these labels off every DCGM and per-process series, comma-separated, to cut "
            "scrape bytes: only labels that add no series (UUID, pci_bus_id, device, "

@@ -41,6 +41,7 @@ from .flag_values import (
     parse_bool,
     parse_config_check_interval,
     parse_cpu_budget,
+    parse_devices,
     parse_driver_names,
     parse_drop_labels,
     parse_gpu_id_type,
@@ -173,6 +174,9 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         # Downward-API variables (our chart sets them; the GPU Operator does not).
         own_pod=((env["POD_NAMESPACE"], env["POD_NAME"])
                  if env.get("POD_NAMESPACE") and env.get("POD_NAME") else None),
+        devices=get("devices", parse_devices, "f"),
+        replace_blanks_in_model_name=switch("replace-blanks-in-model-name"),
+        use_old_namespace=switch("use-old-namespace"),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

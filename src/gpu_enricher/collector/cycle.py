@@ -20,6 +20,7 @@ from ..exposition.join import PodContext, dcgm_families, holder_pairs, holdings
 from ..exposition.process_families import process_families
 from ..exposition.query import Document, gpus_document
 from ..exposition.render import Family
+from ..exposition.shape import FLEX, OLD_NAMES, PLAIN_STYLE, DeviceSelection, LabelStyle
 from ..fields.counters import CounterPlan
 from ..health.clock_events import ClockEventCounts
 from ..health.event_families import (
@@ -61,6 +62,10 @@ class JoinOptions:
     once per pass (the exporter's own prometheus_client metrics keep theirs)."""
     own_pod: tuple[str, str] | None = None
     """The exporter's own pod (POD_NAMESPACE, POD_NAME): a monitor, never a holder."""
+    devices: DeviceSelection = FLEX
+    """`-d`: the entities of the DCGM and event families."""
+    style: LabelStyle = PLAIN_STYLE
+    """`-rbmn`, `-o`: label spellings of the DCGM and event families."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +171,8 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
 
     event_options = EventFamilyOptions(options.hostname, inputs.plan.label_fields,
                                        options.xid_window_ms, options.clock_events_window_ms,
-                                       copies, options.drop_labels)
+                                       copies, options.drop_labels, options.devices,
+                                       options.style)
     xids = inputs.xids or EMPTY_XIDS
     clocks = inputs.clock_events or ClockEventCounts()
     families = event_families(node, inputs.plan.metrics, xids, clocks.window, clocks.totals,
@@ -191,17 +197,20 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
                                   _allocation(inputs, api, claims))
     families: list[Family] = []
     if inputs.node is not None and inputs.plan is not None:
-        # A pod label named like a label-type field of this counters file is prefixed too.
-        policy = (dataclasses.replace(options.pod_policy, reserved=options.pod_policy.reserved
-                                      | frozenset(inputs.plan.label_fields))
-                  if options.pod_policy.labels and inputs.plan.label_fields
-                  else options.pod_policy)
+        # A pod label named like a label-type field of this counters file, or like a 1.x
+        # label name under -o, is prefixed too.
+        taken = frozenset(inputs.plan.label_fields) | (
+            frozenset(OLD_NAMES.values()) if options.style.old_namespace else frozenset())
+        policy = (dataclasses.replace(options.pod_policy,
+                                      reserved=options.pod_policy.reserved | taken)
+                  if options.pod_policy.labels and taken else options.pod_policy)
         sums = per_pod(processes)
         usage = sums if _proc_usable(inputs) else None
         uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
-        context = PodContext(api, policy, usage, uids, options.drop_labels)
+        context = PodContext(api, policy, usage, uids, options.drop_labels, options.style)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
-                                 attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context)
+                                 attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context,
+                                 options.devices)
         families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context)
         if options.process_metrics:
             families += process_families(processes, policy, sums, options.drop_labels)

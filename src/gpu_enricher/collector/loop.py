@@ -16,6 +16,7 @@ from ..exposition.ownmetrics import OwnMetrics
 from ..exposition.query import Document, encode
 from ..exposition.render import Exposition
 from ..exposition.selfmetrics import allocation_family, claim_family, self_families
+from ..exposition.shape import unmatched
 from ..fields.counters import CounterLine, CounterPlan
 from ..health.clock_events import ClockEventSource
 from ..health.source import HealthSource
@@ -149,7 +150,8 @@ class Collector:
                             self.backend.name)
         self._unmatched.report(
             joined.attribution.unmatched if joined.attribution is not None else (),
-            joined.claims.unresolved if joined.claims is not None else {})
+            joined.claims.unresolved if joined.claims is not None else {},
+            unmatched(self.snapshot, self._join.devices) if self.snapshot is not None else ())
         if joined.attribution is not None and self.snapshot is not None:
             own.append(allocation_family(
                 self.snapshot, joined.attribution,

@@ -1,6 +1,6 @@
 """Log lines that report a change once, not on every pass: a GPU that stops or resumes
-answering, a kubelet device ID or a DRA claimed device that matches nothing on this node, the
-counters plan (once, not again on every NVML reopen)."""
+answering, a kubelet device ID, a DRA claimed device or a `-d` id that matches nothing on this
+node, the counters plan (once, not again on every NVML reopen)."""
 
 import dataclasses
 import logging
@@ -52,9 +52,12 @@ class Unmatched:
     def __init__(self) -> None:
         self._seen: set[str] = set()
 
-    def report(self, device_ids: Iterable[str], claims: Mapping[str, str]) -> None:
+    def report(self, device_ids: Iterable[str], claims: Mapping[str, str],
+               selected: Iterable[str] = ()) -> None:
         for item, what, hint in [
             *((d, "kubelet device ID", "") for d in device_ids),
+            *((s, "-d/--devices id", ": nothing is exported for it (dcgm-exporter would not "
+                   "start)") for s in selected),
             *((c, "DRA claimed device", f" ({why}): its GPU's series flow without DRA labels")
               for c, why in claims.items()),
         ]:

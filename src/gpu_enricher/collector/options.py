@@ -4,6 +4,7 @@ the join's options (cycle.JoinOptions)."""
 from dataclasses import dataclass
 
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
+from ..exposition.shape import LabelStyle, parse_selection
 from ..fields.counters import CounterLine
 from ..health.xid import DEFAULT_WINDOW_MS
 from .cycle import JoinOptions
@@ -28,6 +29,10 @@ class CollectorOptions:
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
     drop_labels: frozenset[str] = frozenset()
     own_pod: tuple[str, str] | None = None
+    devices: str = "f"
+    """`-d` in dcgm-exporter's syntax, already checked by the CLI."""
+    dashed_model_names: bool = False
+    old_namespace: bool = False
 
     def join(self) -> JoinOptions:
         return JoinOptions(
@@ -35,4 +40,5 @@ class CollectorOptions:
             extra_resources=self.extra_resources, process_metrics=self.process_metrics,
             pod_policy=self.pod_policy, dra_drivers=self.dra_drivers,
             xid_window_ms=self.xid_window_ms, clock_events_window_ms=self.clock_events_window_ms,
-            drop_labels=self.drop_labels, own_pod=self.own_pod)
+            drop_labels=self.drop_labels, devices=parse_selection(self.devices),
+            style=LabelStyle(self.dashed_model_names, self.old_namespace), own_pod=self.own_pod)

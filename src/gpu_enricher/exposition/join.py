@@ -16,6 +16,7 @@ from ..fields.table import EVENT_FIELDS, IMPLEMENTED
 from ..model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
 from .label_drop import kept
 from .render import Family, Sample, format_value, label_pairs
+from .shape import FLEX, PLAIN_STYLE, DeviceSelection, LabelStyle, monitored
 
 SPLIT_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL")
 
@@ -33,6 +34,8 @@ class PodContext:
     """(namespace, pod) → UID from the kubelet's log names, for pods the API does not know."""
     drop: frozenset[str] = frozenset()
     """Label names left off every series (`--drop-labels`), pod labels and identity alike."""
+    style: LabelStyle = PLAIN_STYLE
+    """`-rbmn` and `-o`, applied after `drop` (which names labels as without `-o`)."""
 
 
 NO_PODS = PodContext()
@@ -85,8 +88,10 @@ def entity_labels(
     label_fields: tuple[str, ...],
     parent_values: Mapping[str, FieldValue],
     drop: frozenset[str] = frozenset(),
+    style: LabelStyle = PLAIN_STYLE,
 ) -> tuple[Pairs, Pairs]:
-    """(identity, MIG and Hostname pairs; label-type field pairs), without `drop`'s names."""
+    """(identity, MIG and Hostname pairs; label-type field pairs), without `drop`'s names,
+    spelled as `style` says."""
     head = identity_pairs(gpu)
     if instance is not None:
         head.append((names.LABEL_GPU_I_PROFILE, instance.profile))
@@ -95,7 +100,7 @@ def entity_labels(
         head.append(names.hostname_pair(hostname))
     fields = [(field, _label_text(value)) for field in label_fields
               if (value := parent_values.get(field)) is not None]
-    return kept(head, drop), kept(fields, drop)
+    return style.pairs(kept(head, drop)), kept(fields, drop)
 
 
 def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, Pairs]:
@@ -113,7 +118,7 @@ def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, P
         extra = pods.policy.pairs(meta, pods.uids.get((holder.namespace, holder.pod), ""))
         attrs += [p for p in extra if p[0] == names.LABEL_POD_UID]
         labels = [p for p in extra if p[0] != names.LABEL_POD_UID]
-    return kept(labels, pods.drop), sorted(kept(attrs, pods.drop))
+    return kept(labels, pods.drop), sorted(pods.style.pairs(kept(attrs, pods.drop)))
 
 
 def holdings(key: EntityKey, attribution: Attribution, virtual_gpus: bool) -> list[Holder]:
@@ -173,33 +178,29 @@ def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey,
 
 def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
              attribution: Attribution = EMPTY_ATTRIBUTION,
-             virtual_gpus: bool = False, pods: PodContext = NO_PODS) -> list[Entity]:
-    """A MIG-enabled GPU is represented by its GPU instances (dcgm-exporter's `-d f`);
-    one in MIG mode without instances keeps its GPU-level series so it stays visible."""
+             virtual_gpus: bool = False, pods: PodContext = NO_PODS,
+             devices: DeviceSelection = FLEX) -> list[Entity]:
+    """The entities `devices` selects (exposition/shape.py): by default a MIG-enabled GPU is
+    represented by its GPU instances, one in MIG mode without instances keeps its GPU-level
+    series so it stays visible. A MIG GPU shown whole (`-d g`) carries the pods that hold the
+    GPU itself, not its instances' (dcgm-exporter keys it by the GPU's UUID)."""
     result: list[Entity] = []
-    for gpu in snapshot.gpus:
-        if not gpu.healthy:
-            continue
-        index = gpu.identity.index
-        parts: list[tuple[GpuInstance | None, EntityKey]] = (
-            [(inst, (index, inst.gpu_instance_id)) for inst in gpu.instances]
-            if gpu.mig_enabled and gpu.instances else [(None, (index, None))]
-        )
-        for inst, key in parts:
-            labels = entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values,
-                                   pods.drop)
-            result.extend(_with_holders(gpu, inst, key, labels,
-                                        holdings(key, attribution, virtual_gpus), virtual_gpus,
-                                        pods))
+    for gpu, inst in monitored(snapshot, devices):
+        key = (gpu.identity.index, inst.gpu_instance_id if inst is not None else None)
+        labels = entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values,
+                               pods.drop, pods.style)
+        result.extend(_with_holders(gpu, inst, key, labels,
+                                    holdings(key, attribution, virtual_gpus), virtual_gpus,
+                                    pods))
     return result
 
 
 def dcgm_families(
     snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
     attribution: Attribution = EMPTY_ATTRIBUTION, virtual_gpus: bool = False,
-    pods: PodContext = NO_PODS,
+    pods: PodContext = NO_PODS, devices: DeviceSelection = FLEX,
 ) -> list[Family]:
-    ents = entities(snapshot, plan, hostname, attribution, virtual_gpus, pods)
+    ents = entities(snapshot, plan, hostname, attribution, virtual_gpus, pods, devices)
     families: list[Family] = []
     for metric in plan.metrics:
         if metric.field in EVENT_FIELDS:  # counted from events: event_families builds them

@@ -35,6 +35,7 @@ from typing import Final, Protocol
 from ..exposition.join import entity_labels, identity_pairs
 from ..exposition.label_drop import kept
 from ..exposition.render import Family, Sample, label_pairs
+from ..exposition.shape import FLEX, PLAIN_STYLE, DeviceSelection, LabelStyle, monitored
 from ..fields import names
 from ..model import GpuInstance, GpuSnapshot, NodeSnapshot
 from .event_counts import CLOCK_EVENT_NAMES
@@ -91,6 +92,11 @@ class EventFamilyOptions:
     """Pod attribution; None: one copy without pod labels per entity."""
     drop: frozenset[str] = frozenset()
     """Label names left off (`--drop-labels`); the hook's copies come without them."""
+    devices: DeviceSelection = FLEX
+    """`-d`: the entities of the XID and clock-event families (dcgm-exporter's exporter
+    collectors watch the `-d` entities; its health and P2P collectors every GPU)."""
+    style: LabelStyle = PLAIN_STYLE
+    """`-rbmn` and `-o`; the hook's copies come spelled so."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,19 +108,13 @@ class Entity:
 
 
 def _entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[Entity]:
-    """exposition/join.py's entities and labels: healthy GPUs, a MIG-enabled one with instances
-    as its instances."""
+    """exposition/join.py's entities and labels: those `-d` selects."""
     result: list[Entity] = []
-    for gpu in node.gpus:
-        if not gpu.healthy:
-            continue
-        parts: Sequence[GpuInstance | None] = (
-            gpu.instances if gpu.mig_enabled and gpu.instances else (None,))
-        for inst in parts:
-            head, fields = entity_labels(gpu, inst, options.hostname, options.label_fields,
-                                         gpu.values, options.drop)
-            copies = PLAIN if options.series is None else options.series(gpu, inst)
-            result.append(Entity(gpu, head, fields, copies))
+    for gpu, inst in monitored(node, options.devices):
+        head, fields = entity_labels(gpu, inst, options.hostname, options.label_fields,
+                                     gpu.values, options.drop, options.style)
+        copies = PLAIN if options.series is None else options.series(gpu, inst)
+        result.append(Entity(gpu, head, fields, copies))
     return result
 
 
@@ -125,7 +125,7 @@ def gpu_entities(node: NodeSnapshot, options: EventFamilyOptions) -> list[Entity
     for gpu in node.gpus:
         if gpu.healthy:
             head, fields = entity_labels(gpu, None, options.hostname, options.label_fields,
-                                         gpu.values, options.drop)
+                                         gpu.values, options.drop, options.style)
             copies = PLAIN if options.series is None else options.series(gpu, None)
             result.append(Entity(gpu, head, fields, copies))
     return result

@@ -6,6 +6,7 @@ recorded, never raised: `NOT_SUPPORTED` removes one series (and is remembered, s
 is not repeated every pass), a lost GPU removes that GPU's series and is retried next pass.
 """
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -51,7 +52,8 @@ class NvmlBackend:
         self._slow = SlowReadings(slow_interval_seconds)
         self._p2p = P2pReader(slow_interval_seconds)
         self._identities: dict[int, DeviceIdentity] = {}
-        self._profile_names: dict[str, dict[int, str]] = {}
+        self._profile_names: dict[str, dict[int, tuple[int, str]]] = {}
+        """GPU UUID → GPU instance profile id → (profile index, name)."""
         self._system: dict[str, str | None] = {}
         self._gpm = GpmSampler()
         self._gpm_devices: dict[str, bool] = {}  # UUID → supports GPM
@@ -255,7 +257,9 @@ class NvmlBackend:
         """Enumerated every pass, so a MIG reconfiguration shows up without a restart."""
         instance_specs = [s for s in specs if s.mig is MigScope.INSTANCE]
         by_gi: dict[int, GpuInstance] = {}
-        for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(parent)):
+        ranks: dict[int, int] = {}  # GI id → its profile's index
+        slots = int(pynvml.nvmlDeviceGetMaxMigDeviceCount(parent))
+        for slot in range(slots):
             try:
                 mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
                 gi = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
@@ -273,21 +277,25 @@ class NvmlBackend:
             reader.gpm = self._gpm_metrics(parent, (parent_uuid, gi), instance_specs, errors, index)
             values = {s.name: v for s in instance_specs if (v := reader.read(s)) is not None}
             by_instance[gi] = running_processes(reader, mig)
-            profile, start = self._profile_name(parent, parent_uuid, gi, errors, index)
+            profile, start, ranks[gi] = self._profile(parent, parent_uuid, gi, errors, index)
             by_gi[gi] = GpuInstance(gi, ci, profile, mig_uuid, values, start)
-        return tuple(by_gi[gi] for gi in sorted(by_gi))
+        # DCGM's entity ids (DcgmCacheManager: gpuId * maxGpcs + the count so far, walking
+        # the profiles by index and each profile's instances): what `-d i:IDS` names.
+        ordered = sorted(by_gi, key=lambda gi: (ranks[gi], gi))
+        entity = {gi: index * slots + rank for rank, gi in enumerate(ordered)}
+        return tuple(dataclasses.replace(by_gi[gi], entity_id=entity[gi]) for gi in sorted(by_gi))
 
-    def _profile_name(self, parent: Any, parent_uuid: str, gi: int,
-                      errors: list[SampleError], index: int) -> tuple[str, int | None]:
-        """`nvmlGpuInstanceGetInfo` gives the profile id (the profile table gives its name)
-        and the placement."""
+    def _profile(self, parent: Any, parent_uuid: str, gi: int,
+                 errors: list[SampleError], index: int) -> tuple[str, int | None, int]:
+        """`nvmlGpuInstanceGetInfo` gives the profile id (the profile table gives its name
+        and index) and the placement."""
         try:
             info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(parent, gi))
         except pynvml.NVMLError as exc:
             if exc.value in GPU_FATAL:
                 raise
             errors.append(SampleError(SOURCE, error_reason(exc), index))
-            return "", None
+            return "", None, pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
         table = self._profile_names.get(parent_uuid)
         if table is None:
             table = {}
@@ -296,7 +304,8 @@ class NvmlBackend:
                     p = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile, version=2)
                 except pynvml.NVMLError:
                     continue
-                table[int(p.id)] = text(p.name).removeprefix("MIG ")
+                table[int(p.id)] = (profile, text(p.name).removeprefix("MIG "))
             if table:  # profiles are fixed per GPU; an empty answer is retried next time
                 self._profile_names[parent_uuid] = table
-        return table.get(int(info.profileId), ""), int(info.placement.start)
+        rank, name = table.get(int(info.profileId), (pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, ""))
+        return name, int(info.placement.start), rank

@@ -128,7 +128,10 @@ class SimulatedBackend:
             **self._limits(gpu, t, busy),
             **(self._profiling(busy, t, gpu.index) if gpu.gpm else {}),
         }
-        instances = tuple(self._instance(gpu, inst, t, fields) for inst in gpu.instances)
+        instances = _with_entity_ids(
+            gpu.index, tuple(self._instance(gpu, inst, t, fields) for inst in gpu.instances))
+        if instances:  # a MIG GPU as NVML reads it whole (what `-d g` shows)
+            values = _mig_parent(values, instances)
         processes = tuple(self._process(p, t, mig=bool(gpu.instances)) for p in gpu.processes)
         return GpuSnapshot(
             ident,
@@ -221,3 +224,32 @@ class SimulatedBackend:
             inst.gpu_instance_id, 0, inst.profile, mig_uuid(gpu.uuid, inst.gpu_instance_id),
             {k: v for k, v in values.items() if k in fields},
         )
+
+
+def _mig_parent(values: dict[str, FieldValue],
+                instances: tuple[GpuInstance, ...]) -> dict[str, FieldValue]:
+    """NVML on a GPU in MIG mode: no utilisation (NOT_SUPPORTED), and the memory its instances
+    use."""
+    used = sum(int(i.values.get("DCGM_FI_DEV_FB_USED", 0)) for i in instances)
+    total, reserved = int(values["DCGM_FI_DEV_FB_TOTAL"]), int(values["DCGM_FI_DEV_FB_RESERVED"])
+    kept = {k: v for k, v in values.items()
+            if k not in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL")}
+    return {**kept, "DCGM_FI_DEV_FB_USED": used,
+            "DCGM_FI_DEV_FB_FREE": max(0, total - reserved - used)}
+
+
+MIG_SLOTS = 7
+"""`nvmlDeviceGetMaxMigDeviceCount` of an A100 or H100."""
+
+
+def _with_entity_ids(index: int, instances: tuple[GpuInstance, ...]) -> tuple[GpuInstance, ...]:
+    """DCGM's GPU-instance entity ids, as nvml/backend.py numbers them; the profile index
+    follows the slice count (`1g` before `2g` …) on the simulated boards."""
+    def rank(inst: GpuInstance) -> tuple[int, int]:
+        slices = inst.profile.partition("g.")[0]
+        return (int(slices) if slices.isdigit() else MIG_SLOTS, inst.gpu_instance_id)
+
+    entity = {inst.gpu_instance_id: index * MIG_SLOTS + n
+              for n, inst in enumerate(sorted(instances, key=rank))}
+    return tuple(dataclasses.replace(inst, entity_id=entity[inst.gpu_instance_id])
+                 for inst in instances)
