@@ -35,7 +35,8 @@ kubelet client's parse half maps anonymous memory for an answer, no file.)"""
 PURE_PARTS = ("model", "config", "backend", "fields", "exposition", "health")
 PARSE_HALVES = (
     "attribution.devices", "attribution.claims", "attribution.workloads",
-    "attribution.podlabels", "collector.cycle", "collector.news", "collector.options",
+    "attribution.podlabels", "attribution.jobmap", "collector.cycle", "collector.news",
+    "collector.options",
     "collector.planner", "kube.events", "kube.pods", "kube.slices", "kubelet.answers",
     "web.config", "web.config_model", "cli.flag_values", "cli.dcgm_flags", "sim.node",
     "sim.churn", "sim.cluster_state", "sim.scenario_values", "sim.backend",

@@ -48,6 +48,7 @@ class Config:
     web_idle_timeout_ms: int = 120000  # keep-alive between requests
     web_max_connections: int = 1024  # more are refused at once
     drop_labels: frozenset[str] = frozenset()  # left off the DCGM and process series
+    hpc_job_mapping_dir: Path | None = None  # Slurm prolog's job files; None: no hpc_job
 
     @property
     def kube_api(self) -> bool:

@@ -170,6 +170,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         web_max_connections=get("web-max-connections", parse_max_connections,
                                 DEFAULT_MAX_CONNECTIONS),
         drop_labels=drop_labels,
+        hpc_job_mapping_dir=get("hpc-job-mapping-dir", parse_optional_path, None),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

@@ -17,7 +17,14 @@ from ..attribution.workloads import (
     live_holders,
     per_pod,
 )
-from ..exposition.join import PodContext, dcgm_families, holder_pairs, holdings
+from ..exposition.join import (
+    NO_JOBS,
+    PodContext,
+    dcgm_families,
+    holder_pairs,
+    holdings,
+    job_attributes,
+)
 from ..exposition.process_families import process_families
 from ..exposition.query import Document, gpus_document
 from ..exposition.render import Family
@@ -37,6 +44,7 @@ from ..model import (
     AssignmentSnapshot,
     GpuInstance,
     GpuSnapshot,
+    JobMapping,
     NodeSnapshot,
     PodAssignment,
     PodDirectory,
@@ -76,6 +84,8 @@ class CycleInputs:
     now: float = 0.0
     """Monotonic seconds, the clock of the event windows."""
     health: HealthIncidents | None = None
+    jobs: JobMapping | None = None
+    """HPC jobs by GPU (`--hpc-job-mapping-dir`); None: off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +164,9 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
     def copies(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[SeriesCopy]:
         key = (gpu.identity.index, instance.gpu_instance_id if instance else None)
         found = [SeriesCopy(*map(tuple, holder_pairs(h, options.virtual_gpus, pods)))
-                 for h in holdings(key, attribution, options.virtual_gpus)]
-        return found or list(PLAIN)
+                 for h in holdings(key, attribution, options.virtual_gpus)] or list(PLAIN)
+        jobs = job_attributes((inputs.jobs or NO_JOBS).of(*key), options.drop_labels)
+        return [SeriesCopy(c.labels, (*c.attributes, *job)) for c in found for job in jobs]
 
     event_options = EventFamilyOptions(options.hostname, inputs.plan.label_fields,
                                        options.xid_window_ms, options.clock_events_window_ms,
@@ -194,7 +205,8 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
         context = PodContext(api, policy, usage, uids, options.drop_labels)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
-                                 attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context)
+                                 attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context,
+                                 inputs.jobs or NO_JOBS)
         families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context)
         if options.process_metrics:
             families += process_families(processes, policy, sums, options.drop_labels)

@@ -23,6 +23,7 @@ from ..health.xid import XidSnapshot
 from ..model import (
     AssignmentSnapshot,
     GpuSnapshot,
+    JobMapping,
     NodeSnapshot,
     PodDirectory,
     ProcessTable,
@@ -57,6 +58,7 @@ class Collector:
         processes: Source[ProcessTable] | None = None,
         slices: Source[SliceDirectory] | None = None,
         xids: Source[XidSnapshot] | None = None,
+        jobs: Source[JobMapping] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -66,13 +68,14 @@ class Collector:
         self.processes = processes
         self.slices = slices
         self.xids = xids
+        self.jobs = jobs
         # Clock-event counts and health verdicts come from the passes themselves: always kept
         # (cheap, no I/O).
         self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
         self.gpu_health = HealthSource(options.xid_window_ms / 1000)
         # A source's refresh may take most of a pass, never more (the kubelet's own deadline
         # is shorter); a stuck one is abandoned and counted.
-        self._sources = SourceSet((assignments, pods, logs, processes, slices, xids,
+        self._sources = SourceSet((assignments, pods, logs, processes, slices, xids, jobs,
                                    self.clock_events, self.gpu_health),
                                   max(1.0, options.interval_seconds))
         self.sources = self._sources.all
@@ -131,7 +134,8 @@ class Collector:
             self._last_success,
             self.slices.snapshot() if self.slices is not None else None,
             self.xids.snapshot() if self.xids is not None else None,
-            self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot())
+            self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot(),
+            self.jobs.snapshot() if self.jobs is not None else None)
 
     def _render(self) -> Exposition:
         """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
