@@ -92,3 +92,16 @@ async def test_the_directory_appearing_after_start(fake_nvml_path: Path, tmp_pat
     finally:
         _, err = exp.stop()
     assert err.count("cannot list the HPC job mapping directory") == 1
+
+
+async def test_simulate_shows_a_job_without_the_flag() -> None:
+    exp = Process(["--simulate", "-c", "200"], {"NODE_NAME": "sim-node"})
+    try:
+        await asyncio.to_thread(exp.wait_ready)
+        body = await until(exp, lambda b: temps(b).get("0") == ["4242"])
+        assert temps(body) == {"0": ["4242"], "1": [None], "2": [None, None, None],
+                               "3": [None]}, "one job, on GPU 0 only"
+        held = samples(body, "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0].labels
+        assert held["pod"] == "llm-trainer-0", "pod labels and the job, both"
+    finally:
+        exp.stop()
