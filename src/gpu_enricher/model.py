@@ -237,3 +237,6 @@ class JobMapping:
 
     def of(self, index: int, gpu_instance: int | None) -> tuple[str, ...]:
         return self.jobs.get((index, gpu_instance), ())
+
+
+NO_JOBS = JobMapping()

@@ -18,7 +18,6 @@ from ..attribution.workloads import (
     per_pod,
 )
 from ..exposition.join import (
-    NO_JOBS,
     PodContext,
     dcgm_families,
     holder_pairs,
@@ -41,6 +40,7 @@ from ..health.source import NO_INCIDENTS, HealthIncidents
 from ..health.status_families import status_families
 from ..health.xid import DEFAULT_WINDOW_MS, EMPTY_XIDS, XidSnapshot
 from ..model import (
+    NO_JOBS,
     AssignmentSnapshot,
     GpuInstance,
     GpuSnapshot,
@@ -211,5 +211,6 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         if options.process_metrics:
             families += process_families(processes, policy, sums, options.drop_labels)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
-                             options.hostname, inputs.collected_at, options.process_metrics)
+                             options.hostname, inputs.collected_at, options.process_metrics,
+                             inputs.jobs or NO_JOBS)
     return CycleOutputs(families, attribution, processes, document, claims)

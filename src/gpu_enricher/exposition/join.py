@@ -13,7 +13,7 @@ from ..fields.convert import MIB
 from ..fields.counters import CounterPlan
 from ..fields.spec import MigScope
 from ..fields.table import EVENT_FIELDS, IMPLEMENTED
-from ..model import FieldValue, GpuInstance, GpuSnapshot, JobMapping, NodeSnapshot
+from ..model import NO_JOBS, FieldValue, GpuInstance, GpuSnapshot, JobMapping, NodeSnapshot
 from .label_drop import kept
 from .render import Family, Sample, format_value, label_pairs
 
@@ -36,7 +36,6 @@ class PodContext:
 
 
 NO_PODS = PodContext()
-NO_JOBS = JobMapping()
 
 
 @dataclass(frozen=True, slots=True)
