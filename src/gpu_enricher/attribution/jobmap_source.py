@@ -82,6 +82,7 @@ class JobMapReader:
 
     def __init__(self, directory: Path, clock: Callable[[], int] = time.time_ns) -> None:
         self.directory = directory
+        self._root = os.fspath(directory)  # str paths: pathlib's joins cost half a pass
         self._clock = clock
         # Only what was listed or read after its mtime settled, so can be trusted unchanged.
         self._listing: tuple[Signature, tuple[str, ...], bool] | None = None
@@ -94,7 +95,7 @@ class JobMapReader:
 
     def _names(self, now: int) -> tuple[tuple[str, ...], bool]:
         try:
-            st = os.stat(self.directory)
+            st = os.stat(self._root)
         except OSError as exc:
             raise DirectoryError(exc.strerror or str(exc)) from None
         if not stat.S_ISDIR(st.st_mode):
@@ -104,7 +105,7 @@ class JobMapReader:
         found: list[str] = []
         truncated = False
         try:
-            with os.scandir(self.directory) as entries:
+            with os.scandir(self._root) as entries:
                 for entry in entries:
                     if len(found) == MAX_ENTRIES:
                         truncated = True
@@ -137,7 +138,7 @@ class JobMapReader:
 
     def _file(self, name: str, key: Key, now: int, result: Pass,
               cache: dict[str, tuple[Signature, FileJobs]]) -> None:
-        path = self.directory / name
+        path = os.path.join(self._root, name)
         try:
             st = os.stat(path)
         except FileNotFoundError:  # removed since the listing (an epilog): no longer mapped
@@ -157,7 +158,8 @@ class JobMapReader:
             parsed = known[1]
         else:
             try:
-                parsed = parse_jobs(read_regular_file(path, MAX_FILE_BYTES, "job mapping file"))
+                parsed = parse_jobs(read_regular_file(Path(path), MAX_FILE_BYTES,
+                                                      "job mapping file"))
             except FileReadError:
                 if os.path.lexists(path):
                     result.skipped[name] = UNREADABLE
