@@ -54,14 +54,13 @@ async def kubelet(socket_dir: Path) -> AsyncIterator[FakeKubelet]:
     await fake.stop()
 
 
-async def metrics_text(jobs_dir: Path, kubelet: FakeKubelet | None = None,
-                       drop: frozenset[str] = frozenset()) -> str:
+async def metrics_text(jobs_dir: Path, kubelet: FakeKubelet | None = None) -> str:
     assignments = None if kubelet is None else KubeletSource(
         PodResourcesClient(kubelet.socket_path, 1.0), KubeletOptions(max_age_seconds=10))
     collector = Collector(
         NvmlBackend(),
         CollectorOptions(interval_seconds=1, hostname="node-a",
-                         counters=parse_counters(CSV, "t.csv"), drop_labels=drop),
+                         counters=parse_counters(CSV, "t.csv")),
         assignments=assignments,
         jobs=JobMapSource(jobs_dir, JobMapReader(jobs_dir, clock=lambda: LATER)))
     try:
@@ -139,13 +138,6 @@ async def test_with_pod_labels_both_sets_sorted_together(
                          'pod="pod-x"'))
     assert expected.count('pod="pod-x"') == 4
     assert dcgm_part(await metrics_text(jobs_dir, kubelet)) == expected
-
-
-async def test_dropping_hpc_job_keeps_one_series_per_gpu(three_gpus_one_mig: FakeNvml,
-                                                        jobs_dir: Path) -> None:
-    text = dcgm_part(await metrics_text(jobs_dir, drop=frozenset({"hpc_job"})))
-    assert "hpc_job" not in text
-    assert text.count("DCGM_FI_DEV_GPU_TEMP{") == 4, "no duplicate series"
 
 
 async def test_the_exporters_own_families_carry_no_job(three_gpus_one_mig: FakeNvml,

@@ -165,7 +165,7 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
         key = (gpu.identity.index, instance.gpu_instance_id if instance else None)
         found = [SeriesCopy(*map(tuple, holder_pairs(h, options.virtual_gpus, pods)))
                  for h in holdings(key, attribution, options.virtual_gpus)] or list(PLAIN)
-        jobs = job_attributes((inputs.jobs or NO_JOBS).of(*key), options.drop_labels)
+        jobs = job_attributes((inputs.jobs or NO_JOBS).of(*key))
         return [SeriesCopy(c.labels, (*c.attributes, *job)) for c in found for job in jobs]
 
     event_options = EventFamilyOptions(options.hostname, inputs.plan.label_fields,

@@ -116,13 +116,11 @@ def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, P
     return kept(labels, pods.drop), sorted(kept(attrs, pods.drop))
 
 
-def job_attributes(jobs: tuple[str, ...], drop: frozenset[str]) -> list[Pairs]:
+def job_attributes(jobs: tuple[str, ...]) -> list[Pairs]:
     """One attribute list per HPC job an entity's series are repeated for, in file order
-    (dcgm-exporter's hpc.go copies each series once per job); one empty list without a job,
-    or with `hpc_job` dropped (the copies would be the same series)."""
-    if not jobs or names.LABEL_HPC_JOB in drop:
-        return [[]]
-    return [[(names.LABEL_HPC_JOB, job)] for job in jobs]
+    (dcgm-exporter's hpc.go copies each series once per job); one empty list without a job.
+    (`--drop-labels` refuses `hpc_job`: the copies would become one series.)"""
+    return [[(names.LABEL_HPC_JOB, job)] for job in jobs] if jobs else [[]]
 
 
 def holdings(key: EntityKey, attribution: Attribution, virtual_gpus: bool) -> list[Holder]:
@@ -204,7 +202,7 @@ def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
                                    pods.drop)
             result.extend(_with_holders(gpu, inst, key, labels,
                                         holdings(key, attribution, virtual_gpus), virtual_gpus,
-                                        pods, job_attributes(jobs.of(*key), pods.drop)))
+                                        pods, job_attributes(jobs.of(*key))))
     return result
 
 
