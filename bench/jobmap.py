@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpu_enricher.attribution.jobmap_source import JobMapReader, JobMapSource
+from gpu_enricher.attribution.jobmap_reader import JobMapReader
+from gpu_enricher.attribution.jobmap_source import JobMapSource
 
 GPUS = 8
 LATER = time.time_ns() + 3600 * 10**9  # every file settled

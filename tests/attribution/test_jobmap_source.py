@@ -10,12 +10,8 @@ import pytest
 from prometheus_client.metrics_core import Metric
 
 from gpu_enricher.attribution.jobmap import MAX_FILE_BYTES, MAX_FILES
-from gpu_enricher.attribution.jobmap_source import (
-    SETTLE_NS,
-    DirectoryError,
-    JobMapReader,
-    JobMapSource,
-)
+from gpu_enricher.attribution.jobmap_reader import SETTLE_NS, DirectoryError, JobMapReader
+from gpu_enricher.attribution.jobmap_source import JobMapSource
 from gpu_enricher.model import JobMapping
 
 LATER = time.time_ns() + 3600 * 10**9

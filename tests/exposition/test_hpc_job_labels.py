@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_enricher.attribution.jobmap_source import JobMapReader, JobMapSource
+from gpu_enricher.attribution.jobmap_reader import JobMapReader
+from gpu_enricher.attribution.jobmap_source import JobMapSource
 from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.fields.counters import parse_counters
 from gpu_enricher.kubelet.client import PodResourcesClient

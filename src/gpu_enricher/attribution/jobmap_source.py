@@ -1,25 +1,17 @@
-"""HPC job mapping (`--hpc-job-mapping-dir`), the fetch half and the source: the directory
-listed and its changed files read once per pass, on a thread (a hung mount stalls only this
-source, and only until its deadline).
+"""HPC job mapping (`--hpc-job-mapping-dir`), the source: once per pass, the reader
+(`jobmap_reader.py`) on a worker thread (a hung mount stalls only this source, up to its
+deadline, keeping the last jobs), then what changed reported and the snapshot rebuilt.
 
-dcgm-exporter lists the directory and reads every file at every collection. We do that work
-only for what changed: the listing is reused while the directory's own stat is unchanged, a
-file's jobs while its inode, size, mtime and ctime are. A listing or read made while the mtime
-was within `SETTLE_NS` of the pass is not reused (a coarse filesystem clock can hide a second
-write in the same tick). A bad file (a bad name, not a regular file, too big, not UTF-8) is
-skipped and logged when it turns bad, not on every pass; the other GPUs keep their jobs
-whatever one file holds. A missing directory maps no jobs, logged once.
+A bad file (a bad name, not a regular file, too big, not UTF-8) is skipped and logged when it
+turns bad, not on every pass; the other GPUs keep their jobs whatever one file holds. A missing
+directory maps no jobs (upstream's labels go too), logged once.
 """
 
 import asyncio
 import logging
-import os
-import stat
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -27,151 +19,22 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from ..fields import names
-from ..files import FileReadError, read_regular_file
-from ..model import JobMapping, NodeSnapshot, SourceHealth
-from .jobmap import (
-    BAD_NAME,
-    MAX_ENTRIES,
-    MAX_FILE_BYTES,
-    MAX_FILES,
-    NOT_REGULAR,
-    TOO_LARGE,
-    TOO_MANY_FILES,
-    UNREADABLE,
-    FileJobs,
-    Key,
-    is_ignored,
-    job_mapping,
-    parse_jobs,
-    parse_name,
-)
+from ..model import NO_JOBS, JobMapping, NodeSnapshot, SourceHealth
+from .jobmap import MAX_ENTRIES, FileJobs, Key, job_mapping, parse_name
+from .jobmap_reader import DirectoryError, JobMapReader, Pass
 
 log = logging.getLogger(__name__)
 
-SETTLE_NS: Final = 2_000_000_000
 NO_DIRECTORY: Final = "no_directory"
 LOGGED_PER_PASS: Final = 8
 """Newly bad files named one by one in a pass; more are summed up in one line."""
 
-Signature = tuple[int, int, int, int]
 
-
-def _signature(st: os.stat_result) -> Signature:
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
-class DirectoryError(Exception):
-    """The directory cannot be listed: the message says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pass:
-    """What one pass found."""
-
-    files: dict[Key, FileJobs] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    """File name → why it was left out."""
-    read: dict[str, FileJobs] = field(default_factory=dict)
-    """The files read this pass (new or changed), by name."""
-    truncated: bool = False
-    """More than MAX_ENTRIES entries: the rest were not looked at."""
-
-
-class JobMapReader:
-    """The fetch half: blocking, run on one thread at a time."""
-
-    def __init__(self, directory: Path, clock: Callable[[], int] = time.time_ns) -> None:
-        self.directory = directory
-        self._root = os.fspath(directory)  # str paths: pathlib's joins cost half a pass
-        self._clock = clock
-        # Only what was listed or read after its mtime settled, so can be trusted unchanged.
-        self._listing: tuple[Signature, tuple[str, ...], bool] | None = None
-        self._cache: dict[str, tuple[Signature, FileJobs]] = {}
-        self.reads = 0
-        """Files read since start (new or changed ones only)."""
-
-    def _settled(self, st: os.stat_result, now: int) -> bool:
-        return now - st.st_mtime_ns > SETTLE_NS
-
-    def _names(self, now: int) -> tuple[tuple[str, ...], bool]:
-        try:
-            st = os.stat(self._root)
-        except OSError as exc:
-            raise DirectoryError(exc.strerror or str(exc)) from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise DirectoryError("not a directory")
-        if self._listing is not None and self._listing[0] == _signature(st):
-            return self._listing[1], self._listing[2]
-        found: list[str] = []
-        truncated = False
-        try:
-            with os.scandir(self._root) as entries:
-                for entry in entries:
-                    if len(found) == MAX_ENTRIES:
-                        truncated = True
-                        break
-                    found.append(entry.name)
-        except OSError as exc:
-            raise DirectoryError(exc.strerror or str(exc)) from None
-        listing = tuple(sorted(found))
-        self._listing = (_signature(st), listing, truncated) if self._settled(st, now) else None
-        return listing, truncated
-
-    def read(self) -> Pass:
-        """Raises DirectoryError when the directory cannot be listed."""
-        now = self._clock()
-        listing, truncated = self._names(now)
-        result = Pass(truncated=truncated)
-        cache: dict[str, tuple[Signature, FileJobs]] = {}
-        for name in listing:
-            if is_ignored(name):
-                continue
-            key = parse_name(name)
-            if key is None:
-                result.skipped[name] = BAD_NAME
-            elif len(result.files) == MAX_FILES:
-                result.skipped[name] = TOO_MANY_FILES
-            else:
-                self._file(name, key, now, result, cache)
-        self._cache = cache
-        return result
-
-    def _file(self, name: str, key: Key, now: int, result: Pass,
-              cache: dict[str, tuple[Signature, FileJobs]]) -> None:
-        path = os.path.join(self._root, name)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:  # removed since the listing (an epilog): no longer mapped
-            return
-        except OSError:
-            result.skipped[name] = UNREADABLE
-            return
-        if not stat.S_ISREG(st.st_mode):
-            result.skipped[name] = NOT_REGULAR
-            return
-        if st.st_size > MAX_FILE_BYTES:  # refused unread
-            result.skipped[name] = TOO_LARGE
-            return
-        signature = _signature(st)
-        known = self._cache.get(name)
-        if known is not None and known[0] == signature:
-            parsed = known[1]
-        else:
-            try:
-                parsed = parse_jobs(read_regular_file(Path(path), MAX_FILE_BYTES,
-                                                      "job mapping file"))
-            except FileReadError:
-                if os.path.lexists(path):
-                    result.skipped[name] = UNREADABLE
-                return  # else removed since the stat
-            self.reads += 1
-            result.read[name] = parsed
-        if self._settled(st, now):
-            cache[name] = (signature, parsed)
-        if parsed.problem is not None:
-            result.skipped[name] = parsed.problem
-        else:
-            result.files[key] = parsed
+def _by_reason(name: str, help_text: str, counts: Counter[str]) -> Metric:
+    family = GaugeMetricFamily(name, help_text, labels=["reason"])
+    for reason, count in sorted(counts.items()):
+        family.add_metric([reason], count)
+    return family
 
 
 class _Busy(Exception):
@@ -187,7 +50,7 @@ class JobMapSource:
     def __init__(self, directory: Path, reader: JobMapReader | None = None) -> None:
         self.directory = directory
         self.reader = reader if reader is not None else JobMapReader(directory)
-        self._mapping = JobMapping()
+        self._mapping = NO_JOBS
         self._files: dict[Key, FileJobs] = {}
         self._skipped: dict[str, str] = {}  # also what was logged: each name once per reason
         self._up = False
@@ -263,7 +126,7 @@ class JobMapSource:
         self.errors[reason] += 1
         self._up = False
         if not keep:  # upstream: no directory, no labels
-            self._files, self._mapping, self._skipped = {}, JobMapping(), {}
+            self._files, self._mapping, self._skipped = {}, NO_JOBS, {}
         if self._problem != reason:
             log.warning(message, self.directory, *args, exc_info=exc_info)
             self._problem = reason
@@ -277,23 +140,16 @@ class JobMapSource:
 
     def families(self) -> list[Metric]:
         prefix = f"{names.SELF_PREFIX}hpc_job_mapping_"
-        skipped_files = GaugeMetricFamily(
-            f"{prefix}skipped_files", "Files in the HPC job mapping directory left out in the "
-            "last pass, by reason.", labels=["reason"])
-        for reason, count in sorted(Counter(self._skipped.values()).items()):
-            skipped_files.add_metric([reason], count)
-        skipped_ids = GaugeMetricFamily(
-            f"{prefix}skipped_job_ids", "Lines of the mapping files in use left out, by "
-            "reason.", labels=["reason"])
         lines: Counter[str] = Counter()
         for parsed in self._files.values():
             lines.update(parsed.skipped)
-        for reason, count in sorted(lines.items()):
-            skipped_ids.add_metric([reason], count)
         return [
             GaugeMetricFamily(f"{prefix}files", "HPC job mapping files in use (GPUs and GPU "
                               "instances with a job).", value=len(self._mapping.jobs)),
-            skipped_files, skipped_ids,
+            _by_reason(f"{prefix}skipped_files", "Files in the HPC job mapping directory left "
+                       "out in the last pass, by reason.", Counter(self._skipped.values())),
+            _by_reason(f"{prefix}skipped_job_ids", "Lines of the mapping files in use left "
+                       "out, by reason.", lines),
             CounterMetricFamily(f"{prefix}file_reads", "Mapping files read (new or changed "
                                 "ones; an unchanged file is not read again).",
                                 value=self.reader.reads),
