@@ -169,3 +169,25 @@ def test_a_read_still_running_keeps_the_last_jobs(tmp_path: Path) -> None:
     with source._reading:  # as a read stuck in the kernel holds it
         assert refresh(source) is before
     assert source.health().errors == {"busy": 1}
+
+
+def test_the_file_cap_counts_bad_files_too(tmp_path: Path) -> None:
+    """The cap bounds the reads: files that turn out bad still count towards it."""
+    for gpu in range(MAX_FILES):
+        (tmp_path / str(gpu)).write_bytes(b"\xff")
+    (tmp_path / "9999").write_text("late\n")  # sorts after every other name
+    source = settled_source(tmp_path)
+    assert refresh(source).jobs == {}
+    assert source.reader.reads == MAX_FILES
+    assert samples(source.families(), "gpu_enricher_hpc_job_mapping_skipped_files") == {
+        "not_utf8": MAX_FILES, "too_many_files": 1}
+
+
+def test_a_half_written_file_costs_only_its_own_gpu(tmp_path: Path) -> None:
+    """A prolog writing in place, caught in the middle of a multi-byte character."""
+    (tmp_path / "0").write_text("4242\n")
+    (tmp_path / "1").write_bytes("jöb-7".encode()[:2])
+    source = JobMapSource(tmp_path, JobMapReader(tmp_path))  # the real clock: just written
+    assert refresh(source).jobs == {(0, None): ("4242",)}
+    (tmp_path / "1").write_text("job-7\n")  # finished (an ASCII ID this time)
+    assert refresh(source).jobs == {(0, None): ("4242",), (1, None): ("job-7",)}
