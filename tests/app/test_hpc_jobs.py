@@ -57,7 +57,10 @@ async def test_jobs_appear_change_go_and_a_bad_file_is_skipped(
     body = await until(exp, lambda b: temps(b)["0"] == ["5151"])
     assert temps(body)["1"] == ["4243", "4244"]
 
-    (directory / "1").write_bytes(b"4243\n\xff\xfe")  # corrupt: skipped, GPU 0 intact
+    # corrupt (renamed in whole: a pass catching it empty would log it twice): skipped, GPU 0
+    # intact
+    (directory / ".bad").write_bytes(b"4243\n\xff\xfe")
+    os.rename(directory / ".bad", directory / "1")
     (directory / "2.0").mkdir()  # not a file
     body = await until(exp, lambda b: value(b, SKIPPED, reason="not_utf8") == 1)
     assert value(body, SKIPPED, reason="not_regular") == 1
