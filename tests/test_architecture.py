@@ -35,9 +35,9 @@ kubelet client's parse half maps anonymous memory for an answer, no file.)"""
 PURE_PARTS = ("model", "config", "backend", "fields", "exposition", "health")
 PARSE_HALVES = (
     "attribution.devices", "attribution.claims", "attribution.workloads",
-    "attribution.podlabels", "collector.cycle", "collector.news", "collector.options",
-    "collector.planner", "kube.events", "kube.pods", "kube.slices", "kube.claims",
-    "kubelet.answers", "kubelet.statuses",
+    "attribution.podlabels", "attribution.jobmap", "collector.cycle", "collector.news",
+    "collector.options", "collector.planner", "kube.events", "kube.pods", "kube.slices",
+    "kube.claims", "kubelet.answers", "kubelet.statuses",
     "web.config", "web.config_model", "cli.flag_values", "cli.dcgm_flags", "sim.node",
     "sim.churn", "sim.cluster_state", "sim.scenario_values", "sim.backend",
     "sim.fake_api.objects", "sim.fake_api.slices", "sim.fake_kubelet.answers",

@@ -13,6 +13,7 @@ from .config import BUILTIN_SCENARIO, KUBELET_LIST_MAX_WAIT_SECONDS, Config
 from .fields.counters import CounterLine
 
 if TYPE_CHECKING:
+    from .attribution.jobmap_source import JobMapSource
     from .attribution.podlogs import LogNameSource
     from .attribution.proc_source import ProcessSource
     from .health.xid import XidSnapshot
@@ -89,6 +90,7 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
         slices=make_slice_source(config, api_url),
         xids=make_xid_source(config, backend),
         claim_access=make_claim_source(config, assignments, api_url),
+        jobs=make_job_source(config),
     )
 
 
@@ -165,6 +167,15 @@ def make_xid_source(config: Config, backend: GpuBackend) -> "Source[XidSnapshot]
     from .nvml.events import XidSource
 
     return XidSource(window_seconds=config.xid_window_ms / 1000)
+
+
+def make_job_source(config: Config) -> "JobMapSource | None":
+    """HPC jobs by GPU from `--hpc-job-mapping-dir`'s files."""
+    if config.hpc_job_mapping_dir is None:
+        return None
+    from .attribution.jobmap_source import JobMapSource
+
+    return JobMapSource(config.hpc_job_mapping_dir)
 
 
 def make_process_sources(config: Config) -> "tuple[LogNameSource | None, ProcessSource | None]":

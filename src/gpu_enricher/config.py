@@ -52,6 +52,7 @@ class Config:
     devices: str = "f"  # -d, dcgm-exporter's syntax (exposition/shape.py), checked by the CLI
     replace_blanks_in_model_name: bool = False  # -rbmn
     use_old_namespace: bool = False  # -o: 1.x names of the UUID and pod labels
+    hpc_job_mapping_dir: Path | None = None  # Slurm prolog's job files; None: no hpc_job
 
     @property
     def kube_api(self) -> bool:

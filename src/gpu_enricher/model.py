@@ -246,3 +246,17 @@ class SliceDirectory:
     devices: tuple[SliceDevice, ...] = ()
     synced: bool = False
     api_version: str = ""  # the resource.k8s.io version served: v1, v1beta2 or v1beta1
+
+
+@dataclass(frozen=True, slots=True)
+class JobMapping:
+    """HPC jobs by GPU, from `--hpc-job-mapping-dir`'s files: (GPU index, GPU instance ID, or
+    None for the file of a whole GPU) → the job IDs, in file order without repeats."""
+
+    jobs: Mapping[tuple[int, int | None], tuple[str, ...]] = field(default_factory=dict)
+
+    def of(self, index: int, gpu_instance: int | None) -> tuple[str, ...]:
+        return self.jobs.get((index, gpu_instance), ())
+
+
+NO_JOBS = JobMapping()

@@ -996,3 +996,22 @@ def test_dashboards(rendered: dict[str, Rendered], test_chart: Path) -> None:
     assert all(c["metadata"]["namespace"] == NAMESPACE and
                c["metadata"]["labels"]["grafana_dashboard"] == "1"
                for c in defaults.all("ConfigMap") if "-dashboard-" in c["metadata"]["name"])
+
+
+def test_hpc_job_mapping_as_the_gpu_operator_renders_it(helm: str, tmp_path: Path) -> None:
+    """hpcJobMapping: the host directory read-only at the same path, and the GPU Operator's
+    variable (no flag), which the exporter reads as --hpc-job-mapping-dir."""
+    directory = "/run/slurm/job-mapping"
+    values = {"hpcJobMapping": {"enabled": True, "directory": directory}}
+    text = helm_template(helm, CHART, write_values(tmp_path, "hpc", values)).stdout
+    r = Rendered(values, text, [d for d in yaml.safe_load_all(text) if d])
+    assert {"name": "DCGM_HPC_JOB_MAPPING_DIR", "value": directory} in r.container["env"]
+    assert {"name": "hpc-job-mapping", "mountPath": directory,
+            "readOnly": True} in r.container["volumeMounts"]
+    volume = {"path": directory, "type": "DirectoryOrCreate"}  # the prolog may come later
+    assert {"name": "hpc-job-mapping", "hostPath": volume} in r.pod["volumes"]
+    assert not any(a.startswith("--hpc") for a in r.container["args"])
+    config, warnings = parse_config(r.container["args"], r.env())
+    assert config.hpc_job_mapping_dir == Path(directory) and not warnings
+    default = helm_template(helm, CHART, None).stdout
+    assert "hpc-job-mapping" not in default and "DCGM_HPC_JOB_MAPPING_DIR" not in default

@@ -295,8 +295,8 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
     # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13),
-    # -d, -rbmn, -o (24)
-    assert len(ignored) == 27
+    # -d, -rbmn, -o, --hpc-job-mapping-dir (24)
+    assert len(ignored) == 26
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
@@ -436,3 +436,16 @@ def test_bad_web_server_bounds_exit_2_with_one_line(
     assert main(argv) == EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"gpu-enricher: error: {message}"]
+
+
+def test_hpc_job_mapping_dir_from_the_operators_variable() -> None:
+    """The GPU Operator's hpcJobMapping.enabled sets only the variable (no flag)."""
+    env = {"DCGM_HPC_JOB_MAPPING_DIR": "/var/lib/dcgm-exporter/job-mapping", "NODE_NAME": "n"}
+    config, warnings = parse_config([], env)
+    assert config.hpc_job_mapping_dir == Path("/var/lib/dcgm-exporter/job-mapping")
+    assert not warnings, "implemented: not 'accepted, ignored'"
+    config, _ = parse_config(["--hpc-job-mapping-dir", "/run/jobs"], env)
+    assert config.hpc_job_mapping_dir == Path("/run/jobs"), "the flag wins"
+    config, _ = parse_config([], {"DCGM_HPC_JOB_MAPPING_DIR": ""})
+    assert config.hpc_job_mapping_dir is None, "dcgm-exporter's default, empty: off"
+    assert parse_config([], {})[0].hpc_job_mapping_dir is None

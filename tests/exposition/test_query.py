@@ -23,6 +23,7 @@ from gpu_enricher.model import (
     GpuInstance,
     GpuSnapshot,
     HostProcess,
+    JobMapping,
     NodeSnapshot,
     PodAssignment,
     PodDirectory,
@@ -133,6 +134,7 @@ def test_document_gpu_with_holder_and_processes() -> None:
              "namespace": "dev", "pod": "notebook", "container": "jupyter",
              "pod_uid": UID_NOTE, "allocated": False},
         ],
+        "hpc_jobs": [],
     }
 
 
@@ -144,12 +146,22 @@ def test_document_mig_instances() -> None:
     assert {k: v for k, v in first.items() if k != "holders"} == {
         "gpu_instance_id": 1, "compute_instance_id": 0, "profile": "4g.40gb", "uuid": MIG1,
         "memory_total_bytes": 40192 * MIB, "memory_used_bytes": 0, "utilization_ratio": None,
-        "processes": []}
+        "processes": [], "hpc_jobs": []}
     assert [h["pod"] for h in first["holders"]] == ["notebook"]
     assert second["memory_used_bytes"] == 512 * MIB
     assert [(p["pid"], p["pod"], p["allocated"]) for p in second["processes"]] == [
         (400, "infer-0", True)]
     assert second["holders"][0]["replica"] is None
+
+
+def test_document_hpc_jobs_per_gpu_and_instance() -> None:
+    jobs = JobMapping({(0, None): ("4242", "4243"), (1, None): ("9",), (1, 5): ("77",)})
+    doc = gpus_document(NODE, ATTRIBUTION, (), PodIndex.of(PODS), None, None, False, jobs)
+    first, mig = doc["gpus"][:2]
+    assert first["hpc_jobs"] == ["4242", "4243"]
+    assert mig["hpc_jobs"] == ["9"], "a MIG GPU's own file, as its whole-GPU series"
+    assert [i["hpc_jobs"] for i in mig["mig_instances"]] == [[], ["77"]]
+    assert doc["gpus"][2]["hpc_jobs"] == []
 
 
 def test_document_free_and_lost_gpus() -> None:

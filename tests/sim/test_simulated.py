@@ -196,7 +196,7 @@ async def test_builtin_node_health_and_p2p_through_the_collector() -> None:
     [
         ("gpus: []", "gpus: expected a non-empty list"),
         ("gpus: [{utilization: [90, 10]}]", "gpus[0].utilization: expected a number or"),
-        ("gpus: [{colour: red}]", "gpus[0]: unknown key 'colour'; known: gpm, lost, mem_clock_mhz"),
+        ("gpus: [{colour: red}]", "gpus[0]: unknown key 'colour'; known: gpm, hpc_jobs, lost"),
         ("gpus: [{utilisation: 5}]",
          "gpus[0]: unknown key 'utilisation' (did you mean 'utilization'?)"),
         ("gpu: [{}]",

@@ -153,6 +153,10 @@ OPTIONS: Final = (
            "read pods from the Kubernetes API when a feature needs them (default true); false: "
            "never call it (no RBAC needed): process names from --kubelet-log-root, no pod labels "
            "or UIDs", "true|false"),
+    Option("hpc-job-mapping-dir", None, parse_optional_path,
+           "label each GPU's series with the HPC jobs (hpc_job) that files named <gpu> or "
+           "<gpu>.<gpu instance> in DIR list, one job ID per line, re-read when they change "
+           "(docs/hpc.md); empty: off", "DIR"),
     Option("kubeconfig", None, Path,
            "kubeconfig for the Kubernetes API outside a cluster (default: in-cluster, else "
            "$KUBECONFIG)", "PATH"),

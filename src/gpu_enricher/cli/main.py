@@ -177,6 +177,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         devices=get("devices", parse_devices, "f"),
         replace_blanks_in_model_name=switch("replace-blanks-in-model-name"),
         use_old_namespace=switch("use-old-namespace"),
+        hpc_job_mapping_dir=get("hpc-job-mapping-dir", parse_optional_path, None),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

@@ -16,7 +16,13 @@ from ..attribution.workloads import (
     live_holders,
     per_pod,
 )
-from ..exposition.join import PodContext, dcgm_families, holder_pairs, holdings
+from ..exposition.join import (
+    PodContext,
+    dcgm_families,
+    holder_pairs,
+    holdings,
+    job_attributes,
+)
 from ..exposition.process_families import process_families
 from ..exposition.query import Document, gpus_document
 from ..exposition.render import Family
@@ -34,10 +40,12 @@ from ..health.source import NO_INCIDENTS, HealthIncidents
 from ..health.status_families import status_families
 from ..health.xid import DEFAULT_WINDOW_MS, EMPTY_XIDS, XidSnapshot
 from ..model import (
+    NO_JOBS,
     AssignmentSnapshot,
     ClaimAccess,
     GpuInstance,
     GpuSnapshot,
+    JobMapping,
     NodeSnapshot,
     PodAssignment,
     PodDirectory,
@@ -85,6 +93,8 @@ class CycleInputs:
     health: HealthIncidents | None = None
     claim_access: ClaimAccess | None = None
     """DRA: the devices claimed with admin access (monitors, not holders)."""
+    jobs: JobMapping | None = None
+    """HPC jobs by GPU (`--hpc-job-mapping-dir`); None: off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +176,9 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
     def copies(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[SeriesCopy]:
         key = (gpu.identity.index, instance.gpu_instance_id if instance else None)
         found = [SeriesCopy(*map(tuple, holder_pairs(h, options.virtual_gpus, pods)))
-                 for h in holdings(key, attribution, options.virtual_gpus)]
-        return found or list(PLAIN)
+                 for h in holdings(key, attribution, options.virtual_gpus)] or list(PLAIN)
+        jobs = job_attributes((inputs.jobs or NO_JOBS).of(*key))
+        return [SeriesCopy(c.labels, (*c.attributes, *job)) for c in found for job in jobs]
 
     event_options = EventFamilyOptions(options.hostname, inputs.plan.label_fields,
                                        options.xid_window_ms, options.clock_events_window_ms,
@@ -210,10 +221,11 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         context = PodContext(api, policy, usage, uids, options.drop_labels, options.style)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context,
-                                 options.devices)
+                                 options.devices, inputs.jobs or NO_JOBS)
         families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context)
         if options.process_metrics:
             families += process_families(processes, policy, sums, options.drop_labels)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
-                             options.hostname, inputs.collected_at, options.process_metrics)
+                             options.hostname, inputs.collected_at, options.process_metrics,
+                             inputs.jobs or NO_JOBS)
     return CycleOutputs(families, attribution, processes, document, claims)

@@ -25,6 +25,7 @@ from ..model import (
     AssignmentSnapshot,
     ClaimAccess,
     GpuSnapshot,
+    JobMapping,
     NodeSnapshot,
     PodDirectory,
     ProcessTable,
@@ -61,6 +62,7 @@ class Collector:
         xids: Source[XidSnapshot] | None = None,
         claim_access: Source[ClaimAccess] | None = None,
         others: Sequence[Source[object]] = (),
+        jobs: Source[JobMapping] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -71,13 +73,14 @@ class Collector:
         self.slices = slices
         self.xids = xids
         self.claim_access = claim_access
+        self.jobs = jobs
         # Clock-event counts and health verdicts come from the passes themselves: always kept
         # (cheap, no I/O).
         self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
         self.gpu_health = HealthSource(options.xid_window_ms / 1000)
         # A source's refresh may take most of a pass, never more (the kubelet's own deadline
         # is shorter); a stuck one is abandoned and counted.
-        self._sources = SourceSet((assignments, pods, logs, processes, slices, xids,
+        self._sources = SourceSet((assignments, pods, logs, processes, slices, xids, jobs,
                                    claim_access, self.clock_events, self.gpu_health,
                                    # Read by others than the join (reload.py: the -m
                                    # ConfigMap): refreshed, health and self-metrics only.
@@ -140,7 +143,8 @@ class Collector:
             self.slices.snapshot() if self.slices is not None else None,
             self.xids.snapshot() if self.xids is not None else None,
             self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot(),
-            self.claim_access.snapshot() if self.claim_access is not None else None)
+            self.claim_access.snapshot() if self.claim_access is not None else None,
+            self.jobs.snapshot() if self.jobs is not None else None)
 
     def _render(self) -> Exposition:
         """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and

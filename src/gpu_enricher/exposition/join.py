@@ -13,7 +13,7 @@ from ..fields.convert import MIB
 from ..fields.counters import CounterPlan
 from ..fields.spec import MigScope
 from ..fields.table import EVENT_FIELDS, IMPLEMENTED
-from ..model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
+from ..model import NO_JOBS, FieldValue, GpuInstance, GpuSnapshot, JobMapping, NodeSnapshot
 from .label_drop import kept
 from .render import Family, Sample, format_value, label_pairs
 from .shape import FLEX, PLAIN_STYLE, DeviceSelection, LabelStyle, monitored
@@ -121,6 +121,13 @@ def holder_pairs(holder: Holder, vgpu: bool, pods: PodContext) -> tuple[Pairs, P
     return kept(labels, pods.drop), sorted(pods.style.pairs(kept(attrs, pods.drop)))
 
 
+def job_attributes(jobs: tuple[str, ...]) -> list[Pairs]:
+    """One attribute list per HPC job an entity's series are repeated for, in file order
+    (dcgm-exporter's hpc.go copies each series once per job); one empty list without a job.
+    (`--drop-labels` refuses `hpc_job`: the copies would become one series.)"""
+    return [[(names.LABEL_HPC_JOB, job)] for job in jobs] if jobs else [[]]
+
+
 def holdings(key: EntityKey, attribution: Attribution, virtual_gpus: bool) -> list[Holder]:
     """The holders an entity's series are repeated for: the first in sorted order (labels
     never flip between scrapes), or each with virtual GPUs; none for a free device."""
@@ -129,17 +136,17 @@ def holdings(key: EntityKey, attribution: Attribution, virtual_gpus: bool) -> li
 
 
 def _labels(head: Pairs, fields: Pairs, holder: Holder | None, vgpu: bool,
-            pods: PodContext) -> str:
+            pods: PodContext, job: Pairs) -> str:
     """dcgm-exporter's order: identity, Hostname, then its label map (label-type fields and
     the pod's own labels, sorted), then its attribute map (container, namespace, pod, pod_uid,
     vgpu, sorted): Go templates range over maps in key order (its kubernetes.go copies pod
-    labels into the label map)."""
+    labels into the label map). `job`: the `hpc_job` attribute, sorted in with the others."""
     if holder is None:
-        return label_pairs(head + fields)
+        return label_pairs(head + fields + job)
     labels, attrs = holder_pairs(holder, vgpu, pods)
     if labels:
         fields = sorted(fields + labels)
-    return label_pairs(head + fields + attrs)
+    return label_pairs(head + fields + sorted(attrs + job))
 
 
 def _split(key: EntityKey, holder: Holder, pods: PodContext,
@@ -159,31 +166,35 @@ def _split(key: EntityKey, holder: Holder, pods: PodContext,
 
 def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey,
                   labels: tuple[Pairs, Pairs], chosen: list[Holder], virtual_gpus: bool,
-                  pods: PodContext) -> list[Entity]:
-    """Series of a held device carry its pod, once per chosen holding (`holdings`)."""
+                  pods: PodContext, jobs: list[Pairs]) -> list[Entity]:
+    """Series of a held device carry its pod, once per chosen holding (`holdings`), and
+    each of those once per HPC job (`job_attributes`: hpc.go runs after the pod mapper)."""
     head, fields = labels
     if not chosen:
-        return [Entity(gpu, inst, _labels(head, fields, None, False, pods))]
+        return [Entity(gpu, inst, _labels(head, fields, None, False, pods, job))
+                for job in jobs]
     shared = virtual_gpus and len({(h.namespace, h.pod) for h in chosen}) > 1
     seen: set[tuple[str, str]] = set()
-    result = []
+    result: list[Entity] = []
     for holder in chosen:
         pod = (holder.namespace, holder.pod)
         split = _split(key, holder, pods, pod not in seen) if shared else {}
         seen.add(pod)
-        result.append(Entity(gpu, inst, _labels(head, fields, holder, virtual_gpus, pods),
-                             split))
+        result.extend(Entity(gpu, inst, _labels(head, fields, holder, virtual_gpus, pods, job),
+                             split) for job in jobs)
     return result
 
 
 def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
              attribution: Attribution = EMPTY_ATTRIBUTION,
              virtual_gpus: bool = False, pods: PodContext = NO_PODS,
-             devices: DeviceSelection = FLEX) -> list[Entity]:
+             devices: DeviceSelection = FLEX, jobs: JobMapping = NO_JOBS) -> list[Entity]:
     """The entities `devices` selects (exposition/shape.py): by default a MIG-enabled GPU is
     represented by its GPU instances, one in MIG mode without instances keeps its GPU-level
     series so it stays visible. A MIG GPU shown whole (`-d g`) carries the pods that hold the
-    GPU itself, not its instances' (dcgm-exporter keys it by the GPU's UUID)."""
+    GPU itself, not its instances' (dcgm-exporter keys it by the GPU's UUID). An instance's
+    jobs are those of its `<gpu>.<gpu instance>` file only, as hpc.go keys a MIG series: a
+    whole GPU's file `<gpu>` does not cover its instances."""
     result: list[Entity] = []
     for gpu, inst in monitored(snapshot, devices):
         key = (gpu.identity.index, inst.gpu_instance_id if inst is not None else None)
@@ -191,16 +202,16 @@ def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
                                pods.drop, pods.style)
         result.extend(_with_holders(gpu, inst, key, labels,
                                     holdings(key, attribution, virtual_gpus), virtual_gpus,
-                                    pods))
+                                    pods, job_attributes(jobs.of(*key))))
     return result
 
 
 def dcgm_families(
     snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
     attribution: Attribution = EMPTY_ATTRIBUTION, virtual_gpus: bool = False,
-    pods: PodContext = NO_PODS, devices: DeviceSelection = FLEX,
+    pods: PodContext = NO_PODS, devices: DeviceSelection = FLEX, jobs: JobMapping = NO_JOBS,
 ) -> list[Family]:
-    ents = entities(snapshot, plan, hostname, attribution, virtual_gpus, pods, devices)
+    ents = entities(snapshot, plan, hostname, attribution, virtual_gpus, pods, devices, jobs)
     families: list[Family] = []
     for metric in plan.metrics:
         if metric.field in EVENT_FIELDS:  # counted from events: event_families builds them

@@ -49,6 +49,8 @@ REFUSED: Final[Mapping[str, str]] = MappingProxyType({
                      "our alerts select on it",
     names.LABEL_VGPU: f"it identifies a shared GPU's replica: {_IDENTIFIES}",
     names.LABEL_PID: f"it identifies the process: {_IDENTIFIES}",
+    names.LABEL_HPC_JOB: f"it identifies the HPC job a GPU's series is repeated for: "
+                         f"{_IDENTIFIES}",
     "dra_claim_name": f"it identifies the ResourceClaim a device is held through: "
                       f"{_IDENTIFIES} (and our dashboard's claim filter selects on it)",
     "xid": f"it identifies the XID counted: {_IDENTIFIES}",

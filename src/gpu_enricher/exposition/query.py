@@ -11,7 +11,7 @@ from typing import Any, Final
 from ..attribution.devices import Attribution, EntityKey, Holder
 from ..attribution.workloads import GpuProcess, PodIndex
 from ..fields.convert import MIB
-from ..model import FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot
+from ..model import NO_JOBS, FieldValue, GpuInstance, GpuSnapshot, JobMapping, NodeSnapshot
 
 API_VERSION: Final = "v1"
 Document = dict[str, Any]
@@ -58,13 +58,14 @@ def _process(proc: GpuProcess) -> Document:
 
 
 def _device(key: EntityKey, attribution: Attribution, procs: Sequence[GpuProcess],
-            pods: PodIndex) -> Document:
+            pods: PodIndex, jobs: JobMapping) -> Document:
     return {"holders": [_holder(h, pods) for h in attribution.holders.get(key, ())],
-            "processes": [_process(p) for p in procs if p.key == key]}
+            "processes": [_process(p) for p in procs if p.key == key],
+            "hpc_jobs": list(jobs.of(*key))}
 
 
 def _instance(gpu: GpuSnapshot, inst: GpuInstance, attribution: Attribution,
-              procs: Sequence[GpuProcess], pods: PodIndex) -> Document:
+              procs: Sequence[GpuProcess], pods: PodIndex, jobs: JobMapping) -> Document:
     return {
         "gpu_instance_id": inst.gpu_instance_id, "compute_instance_id": inst.compute_instance_id,
         "profile": inst.profile, "uuid": inst.uuid,
@@ -72,13 +73,15 @@ def _instance(gpu: GpuSnapshot, inst: GpuInstance, attribution: Attribution,
         "memory_used_bytes": _mib_bytes(inst.values, "DCGM_FI_DEV_FB_USED"),
         # NVML has no GPU_UTIL per instance; its graphics-engine activity (GPM) is the figure.
         "utilization_ratio": _activity(inst.values),
-        **_device((gpu.identity.index, inst.gpu_instance_id), attribution, procs, pods),
+        **_device((gpu.identity.index, inst.gpu_instance_id), attribution, procs, pods, jobs),
     }
 
 
 def gpus_document(node: NodeSnapshot | None, attribution: Attribution,
                   processes: Sequence[GpuProcess], pods: PodIndex, hostname: str | None,
-                  collected_at: float | None, process_metrics: bool) -> Document:
+                  collected_at: float | None, process_metrics: bool,
+                  jobs: JobMapping = NO_JOBS) -> Document:
+    """`jobs`: each GPU's and instance's HPC jobs (`hpc_jobs`, [] without a mapping file)."""
     gpus = []
     for gpu in node.gpus if node is not None else ():
         ident = gpu.identity
@@ -90,9 +93,9 @@ def gpus_document(node: NodeSnapshot | None, attribution: Attribution,
             "memory_used_bytes": _mib_bytes(values, "DCGM_FI_DEV_FB_USED"),
             "utilization_ratio": _ratio(values, "DCGM_FI_DEV_GPU_UTIL"),
             "mig_enabled": gpu.mig_enabled,
-            "mig_instances": [_instance(gpu, i, attribution, processes, pods)
+            "mig_instances": [_instance(gpu, i, attribution, processes, pods, jobs)
                               for i in gpu.instances],
-            **_device((ident.index, None), attribution, processes, pods),
+            **_device((ident.index, None), attribution, processes, pods, jobs),
         })
     return {"api_version": API_VERSION, "hostname": hostname, "collected_at": collected_at,
             "process_metrics": process_metrics, "gpus": gpus}

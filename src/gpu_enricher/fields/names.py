@@ -25,6 +25,8 @@ LABEL_POD_UID: Final = "pod_uid"
 LABEL_PID: Final = "pid"
 LABEL_PROCESS_NAME: Final = "process_name"
 POD_LABEL_PREFIX: Final = "pod_label_"
+LABEL_HPC_JOB: Final = "hpc_job"
+"""An HPC job holding the GPU (`--hpc-job-mapping-dir`): an attribute, as dcgm-exporter's hpc.go."""
 
 # Order: identity, MIG instance (only on instance series), Hostname, label-type fields
 # (sorted), then the attribute labels (container, namespace, pod, pod_uid, vgpu and the pod's
@@ -34,7 +36,7 @@ INSTANCE_LABELS: Final = (LABEL_GPU_I_PROFILE, LABEL_GPU_I_ID)
 POD_LABELS: Final = (LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD)
 RESERVED_LABELS: Final = frozenset({
     *DEVICE_LABELS, *INSTANCE_LABELS, *HOSTNAME_LABEL_NAMES, *POD_LABELS, LABEL_VGPU,
-    LABEL_POD_UID, LABEL_PID, LABEL_PROCESS_NAME,
+    LABEL_POD_UID, LABEL_PID, LABEL_PROCESS_NAME, LABEL_HPC_JOB,
     # Prometheus's target labels: with honorLabels: true a pod label would replace them, and
     # dashboard 12239 keys on `instance`.
     "job", "instance",

@@ -30,6 +30,7 @@ from .cluster_state import (
     DRA_DRIVER,
     claim_allocations,
     claimed_devices,
+    job_files,
     log_names,
     pod_metas,
     proc_files,
@@ -135,14 +136,21 @@ class SimulatedCluster:
             self.proc_root = write_proc_root(scenario, self.directory / "proc")
             self.log_root = self.directory / "log"
             _sync_log_names(self.log_root, (), log_names(scenario))
+            self.job_root = self.directory / "job-mapping"
+            self.job_root.mkdir()
+            for name, text in job_files(scenario).items():
+                (self.job_root / name).write_text(text, encoding="utf-8")
         except BaseException:
             self.close()
             raise
 
     def configure(self, config: Config) -> Config:
-        """Point the exporter at the fakes."""
+        """Point the exporter at the fakes; at the simulated job mapping unless
+        --hpc-job-mapping-dir names one (to try a prolog's files by hand)."""
         return dataclasses.replace(config, proc_root=self.proc_root,
-                                   kubelet_log_root=self.log_root)
+                                   kubelet_log_root=self.log_root,
+                                   hpc_job_mapping_dir=config.hpc_job_mapping_dir
+                                   or self.job_root)
 
     async def start(self) -> None:
         await self.kubelet.start()

@@ -106,6 +106,13 @@ def proc_files(scenario: Scenario) -> dict[str, str]:
     return files
 
 
+def job_files(scenario: Scenario) -> dict[str, str]:
+    """The HPC job mapping directory a Slurm prolog would have written: `<gpu index>` → one
+    job ID per line."""
+    return {str(gpu.index): "".join(f"{job}\n" for job in gpu.hpc_jobs)
+            for gpu in scenario.gpus if gpu.hpc_jobs}
+
+
 def log_names(scenario: Scenario) -> list[str]:
     """`pods/<ns>_<pod>_<uid>` and `containers/<pod>_<ns>_<container>-<id>.log` entries."""
     names: list[str] = []

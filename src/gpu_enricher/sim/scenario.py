@@ -53,7 +53,7 @@ from .scenario_yaml import decode_yaml, read_text
 _GPU_KEYS: Final = frozenset({
     "model", "uuid", "pci_bus_id", "memory_mib", "utilization", "memory_used_mib",
     "power_watts", "temperature", "sm_clock_mhz", "mem_clock_mhz", "lost", "mig", "processes",
-    "gpm", "xids", "thermal_slowdown",
+    "gpm", "xids", "thermal_slowdown", "hpc_jobs",
 })
 _POD_KEYS: Final = frozenset({
     "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids", "uid",
@@ -79,6 +79,8 @@ def _gpu(raw: Any, index: int, seed: int, at: At) -> tuple[SimGpu, tuple[At, ...
     processes, process_ats = _processes(spec, at, instances)
     xids_at = at.field(spec, "xids")
     xids = as_list(spec.get("xids"), xids_at)
+    jobs_at = at.field(spec, "hpc_jobs")
+    jobs = as_list(spec.get("hpc_jobs"), jobs_at)
     gpu = SimGpu(
         index=index,
         model=model,
@@ -98,6 +100,7 @@ def _gpu(raw: Any, index: int, seed: int, at: At) -> tuple[SimGpu, tuple[At, ...
         gpm=opt(spec, at, "gpm", has_gpm(model), as_bool),
         xids=tuple(as_int(x, xids_at.item(xids, n)) for n, x in enumerate(xids)),
         thermal_slowdown=opt(spec, at, "thermal_slowdown", False, as_bool),
+        hpc_jobs=tuple(as_text(j, jobs_at.item(jobs, n)) for n, j in enumerate(jobs)),
     )
     return gpu, process_ats
 
