@@ -48,6 +48,10 @@ class Config:
     web_idle_timeout_ms: int = 120000  # keep-alive between requests
     web_max_connections: int = 1024  # more are refused at once
     drop_labels: frozenset[str] = frozenset()  # left off the DCGM and process series
+    collectors_origin: str = ""  # what set `collectors` (`-f/--collectors`, a variable); "": unset
+    config_file: Path | None = None  # dcgm-exporter's --config-file (YAML, schema v1)
+    collect_interval_given: bool = False  # -c or its variable set: beats collection.interval
+    dcgm_exporter_dir: Path = Path("/etc/dcgm-exporter")  # GPU_ENRICHER_DCGM_EXPORTER_DIR
 
     @property
     def kube_api(self) -> bool:

@@ -1,7 +1,8 @@
 """What the collector is told at start: the interval, the host label, the counters lines, and
 the join's options (cycle.JoinOptions)."""
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
 from ..fields.counters import CounterLine
@@ -27,6 +28,8 @@ class CollectorOptions:
     xid_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
     drop_labels: frozenset[str] = frozenset()
+    field_intervals_ms: Mapping[str, int] = field(default_factory=dict)
+    """Watch groups of dcgm-exporter's config file: field → its interval (collector/watch.py)."""
 
     def join(self) -> JoinOptions:
         return JoinOptions(
