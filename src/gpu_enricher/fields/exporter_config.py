@@ -18,7 +18,6 @@ watch group takes is decided against the counters in force (`field_intervals`), 
 may replace the file's metrics.
 """
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,7 +33,8 @@ from ..files import (
     read_regular_file,
     utf8_text,
 )
-from .counters import CounterLine, CountersFileError, counter_line, value_field
+from .counters import PROM_TYPES, CounterLine, CountersFileError, counter_line, value_field
+from .go_syntax import glob_regex, parse_duration_ms
 
 MAX_BYTES: Final = 1 << 20
 SCHEMA_VERSION: Final = 1
@@ -43,10 +43,6 @@ _METRICS: Final = ("file", "fields")
 _FIELD: Final = ("name", "prometheusType", "help")
 _COLLECTION: Final = ("interval", "watchGroups")
 _GROUP: Final = ("name", "interval", "fields")
-# Go's time.ParseDuration: an optional sign, then one or more decimal numbers with a unit.
-_DURATION_PART: Final = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
-_NS_PER_UNIT: Final = {"ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6,
-                       "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
 
 
 class ExporterConfigError(CountersFileError):
@@ -127,24 +123,6 @@ def _value_at(spec: YamlMap, name: str, at: _At) -> _At:
     return at.child(name, spec.marks[name][1])
 
 
-def parse_duration_ms(text: str) -> int | None:
-    """A Go duration (`30s`, `1m30s`, `500ms`) in whole positive milliseconds; None when it is
-    not one."""
-    body = text.strip()
-    if not body or body[0] in "+-":
-        return None  # a negative or signed interval is never meant
-    total, at = 0.0, 0
-    for match in _DURATION_PART.finditer(body):
-        if match.start() != at or match.group(1) in ("", "."):
-            return None
-        total += float(match.group(1)) * _NS_PER_UNIT[match.group(2)]
-        at = match.end()
-    if at != len(body):
-        return None
-    ms = total / 10**6
-    return int(ms) if ms >= 1 and math.isclose(ms, round(ms), abs_tol=1e-9) else None
-
-
 def _duration(spec: YamlMap, name: str, at: _At, required: bool) -> int | None:
     text = _get(spec, name, at, str, required)
     if text is None:
@@ -155,40 +133,6 @@ def _duration(spec: YamlMap, name: str, at: _At, required: bool) -> int | None:
             f"{text[:40]!r} is not a positive Go duration of whole milliseconds (e.g. 30s, "
             "1m30s, 500ms)")
     return ms
-
-
-def glob_regex(glob: str) -> "re.Pattern[str] | None":
-    """Go's path.Match pattern as a regex: `*`, `?`, `[...]` with `^` and ranges, `\\`
-    escapes; None for a malformed pattern (path.ErrBadPattern)."""
-    out, i = [], 0
-    while i < len(glob):
-        char = glob[i]
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "\\":
-            if i + 1 == len(glob):
-                return None
-            i += 1
-            out.append(re.escape(glob[i]))
-        elif char == "[":
-            end = glob.find("]", i + 2 if glob[i + 1:i + 2] == "^" else i + 1)
-            body = glob[i + 1:end] if end != -1 else ""
-            negate = body.startswith("^")
-            body = body[1:] if negate else body
-            if end == -1 or not body or body.startswith("-") or body.endswith("-"):
-                return None
-            escaped = "".join("\\" + c if c in "\\[]^" else c for c in body)
-            out.append(f"[{'^' if negate else ''}{escaped}]")
-            i = end
-        else:
-            out.append(re.escape(char))
-        i += 1
-    try:
-        return re.compile("".join(out))
-    except re.error:  # a range out of order, as Go refuses it
-        return None
 
 
 def _metrics(raw: Any, at: _At, path: str) -> tuple[Path | None, tuple[CounterLine, ...] | None]:
@@ -211,13 +155,20 @@ def _metrics(raw: Any, at: _At, path: str) -> tuple[Path | None, tuple[CounterLi
         entry = _mapping(item, item_at, _FIELD)
         name, prom_type, help_text = (_get(entry, k, item_at, str, True) for k in _FIELD)
         name_at = _value_at(entry, "name", item_at)
+        if name in first:
+            raise name_at.error(f"{name} is already listed as {first[name]}")
+        first[name] = f"{item_at.key} (line {items.marks[n][0]})"
+        if prom_type.lower() not in PROM_TYPES:
+            raise _value_at(entry, "prometheusType", item_at).error(
+                f"unknown metric type {prom_type[:40]!r} (expected one of: "
+                f"{', '.join(PROM_TYPES)})")
         if any(c in help_text for c in "\r\n"):  # would end the HELP line of the exposition
             raise _value_at(entry, "help", item_at).error("a line break in the help text")
-        if name in first:
-            raise name_at.error(f"{name} is already listed at {first[name]}")
-        first[name] = str(name_at)
-        lines.append(counter_line(name, prom_type, help_text, path, items.marks[n][0],
-                                  str(name_at)))
+        try:
+            lines.append(counter_line(name, prom_type, help_text, path, items.marks[n][0],
+                                      str(name_at)))
+        except CountersFileError as exc:  # the field's name: the same words as in a CSV
+            raise ExporterConfigError(str(exc)) from None
     return None, tuple(lines)
 
 

@@ -1,0 +1,93 @@
+"""Watch groups on the collection passes: a field watched every I ms is read every
+ceil(I / interval)-th pass and repeats its last reading in between, per GPU and MIG instance."""
+
+from gpu_enricher.collector.watch import FieldCadence
+from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSnapshot
+
+ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+TEMP = "DCGM_FI_DEV_GPU_TEMP"
+FB = "DCGM_FI_DEV_FB_USED"
+
+
+def gpu(uuid: str, values: dict[str, float], instances: tuple[GpuInstance, ...] = (),
+        healthy: bool = True) -> GpuSnapshot:
+    return GpuSnapshot(DeviceIdentity(0, uuid, "00000000:18:00.0", "H100"), healthy,
+                       values=values if healthy else {}, instances=instances)
+
+
+def instance(values: dict[str, float]) -> GpuInstance:
+    return GpuInstance(1, 0, "3g.40gb", "MIG-1", values)
+
+
+def read(cadence: FieldCadence, fields: set[str], gpus: tuple[GpuSnapshot, ...]
+         ) -> tuple[frozenset[str], NodeSnapshot]:
+    """One pass: what was skipped, and the snapshot the collector keeps (the backend answers
+    only the fields asked for)."""
+    skipped = cadence.skipped(fields)
+    asked = [g if not g.healthy else GpuSnapshot(
+        g.identity, values={k: v for k, v in g.values.items() if k not in skipped},
+        instances=tuple(GpuInstance(i.gpu_instance_id, i.compute_instance_id, i.profile, i.uuid,
+                                    {k: v for k, v in i.values.items() if k not in skipped})
+                        for i in g.instances)) for g in gpus]
+    return skipped, cadence.carry(NodeSnapshot(tuple(asked)), skipped)
+
+
+def test_a_watched_field_is_read_every_nth_pass_and_repeated_in_between() -> None:
+    cadence = FieldCadence(interval_seconds=5)
+    cadence.use({ENERGY: 12_000, TEMP: 5_000})  # 12 s at 5 s: every 3rd pass; 5 s: every pass
+    assert dict(cadence.periods) == {ENERGY: 3}
+    seen = []
+    for n in range(7):
+        skipped, snap = read(cadence, {ENERGY, TEMP}, (gpu("GPU-a", {ENERGY: 100 + n, TEMP: n}),))
+        seen.append((sorted(skipped), snap.gpus[0].values[ENERGY], snap.gpus[0].values[TEMP]))
+    assert seen == [([], 100, 0), ([ENERGY], 100, 1), ([ENERGY], 100, 2), ([], 103, 3),
+                    ([ENERGY], 103, 4), ([ENERGY], 103, 5), ([], 106, 6)]
+
+
+def test_mig_instances_repeat_their_own_values() -> None:
+    cadence = FieldCadence(interval_seconds=1)
+    cadence.use({FB: 2_000})
+    read(cadence, {FB}, (gpu("GPU-a", {FB: 10}, (instance({FB: 3}),)),))
+    _, second = read(cadence, {FB}, (gpu("GPU-a", {FB: 11}, (instance({FB: 4}),)),))
+    assert second.gpus[0].values[FB] == 10 and second.gpus[0].instances[0].values[FB] == 3
+    _, third = read(cadence, {FB}, (gpu("GPU-a", {FB: 12}, (instance({FB: 5}),)),))
+    assert third.gpus[0].values[FB] == 12 and third.gpus[0].instances[0].values[FB] == 5
+
+
+def test_a_field_due_and_absent_stays_absent_until_read_again() -> None:
+    cadence = FieldCadence(interval_seconds=1)
+    cadence.use({ENERGY: 2_000})
+    read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 1}),))
+    read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 2}),))
+    _, due = read(cadence, {ENERGY}, (gpu("GPU-a", {}),))  # NOT_SUPPORTED now, say
+    assert ENERGY not in due.gpus[0].values
+    _, between = read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 9}),))
+    assert ENERGY not in between.gpus[0].values, "nothing to repeat"
+
+
+def test_a_gpu_that_appears_shows_the_field_from_its_next_due_pass() -> None:
+    cadence = FieldCadence(interval_seconds=1)
+    cadence.use({ENERGY: 2_000})
+    read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 1}),))
+    _, snap = read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 2}), gpu("GPU-b", {ENERGY: 5})))
+    assert snap.gpus[0].values == {ENERGY: 1} and snap.gpus[1].values == {}
+    _, snap = read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 3}), gpu("GPU-b", {ENERGY: 6})))
+    assert snap.gpus[1].values == {ENERGY: 6}
+
+
+def test_a_lost_gpu_stays_empty_and_new_groups_read_everything_at_once() -> None:
+    cadence = FieldCadence(interval_seconds=1)
+    cadence.use({ENERGY: 3_000})
+    read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 1}),))
+    _, lost = read(cadence, {ENERGY}, (gpu("GPU-a", {}, healthy=False),))
+    assert lost.gpus[0].values == {}
+    cadence.use({ENERGY: 3_000})  # a reload: the next pass reads every field
+    assert cadence.skipped({ENERGY}) == frozenset()
+    cadence.use({})
+    assert dict(cadence.periods) == {} and cadence.skipped({ENERGY}) == frozenset()
+
+
+def test_intervals_round_up_to_whole_passes() -> None:
+    cadence = FieldCadence(interval_seconds=0.2)
+    cadence.use({"a": 1_000, "b": 1_100, "c": 200, "d": 100, "e": 300})
+    assert dict(cadence.periods) == {"a": 5, "b": 6, "e": 2}
