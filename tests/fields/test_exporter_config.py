@@ -105,6 +105,8 @@ def test_metrics_file_is_absolute_or_next_to_the_config_file() -> None:
     ("version: 1\ncollection:\n  interval: 1.5ms\n",
      ":3:13: collection.interval: '1.5ms' is not a positive Go duration of whole milliseconds"),
     ("version: 1\ncollection:\n  interval: 0s\n", ":3:13: collection.interval: '0s' is not"),
+    ("version: 1\ncollection:\n  interval: 50ms\n",
+     ":3:13: collection.interval: 50ms is below the minimum 100 ms"),
     ("version: 1\ncollection:\n  intervall: 5s\n",
      ":3:3: collection.intervall: unknown key (expected one of interval, watchGroups)"),
     ("version: 1\ncollection:\n  watchGroups: {a: 1}\n",

@@ -38,6 +38,9 @@ from .go_syntax import glob_regex, parse_duration_ms
 
 MAX_BYTES: Final = 1 << 20
 SCHEMA_VERSION: Final = 1
+MIN_INTERVAL_MS: Final = 100
+"""The shortest collection interval, from the file as from -c: a pass every 100 ms is already
+10 NVML passes a second."""
 _TOP: Final = ("version", "metrics", "collection")
 _METRICS: Final = ("file", "fields")
 _FIELD: Final = ("name", "prometheusType", "help")
@@ -123,7 +126,7 @@ def _value_at(spec: YamlMap, name: str, at: _At) -> _At:
     return at.child(name, spec.marks[name][1])
 
 
-def _duration(spec: YamlMap, name: str, at: _At, required: bool) -> int | None:
+def _duration(spec: YamlMap, name: str, at: _At, required: bool, minimum: int = 1) -> int | None:
     text = _get(spec, name, at, str, required)
     if text is None:
         return None
@@ -132,6 +135,8 @@ def _duration(spec: YamlMap, name: str, at: _At, required: bool) -> int | None:
         raise _value_at(spec, name, at).error(
             f"{text[:40]!r} is not a positive Go duration of whole milliseconds (e.g. 30s, "
             "1m30s, 500ms)")
+    if ms < minimum:
+        raise _value_at(spec, name, at).error(f"{text} is below the minimum {minimum} ms")
     return ms
 
 
@@ -221,7 +226,8 @@ def parse_exporter_config(text: str, path: str) -> ExporterConfig:
     if "collection" in top:
         collection_at = _value_at(top, "collection", top_at)
         collection = _mapping(top["collection"], collection_at, _COLLECTION)
-        interval = _duration(collection, "interval", collection_at, required=False)
+        interval = _duration(collection, "interval", collection_at, required=False,
+                             minimum=MIN_INTERVAL_MS)
         raw_groups = _get(collection, "watchGroups", collection_at, YamlSeq)
         if raw_groups is not None:
             groups = _groups(raw_groups, _value_at(collection, "watchGroups", collection_at))
