@@ -4,7 +4,7 @@ ceil(I / interval)-th pass and repeats its last reading in between, per GPU and 
 from gpu_enricher.collector.watch import FieldCadence
 from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSnapshot
 
-ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # a plain reading of every pass
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 FB = "DCGM_FI_DEV_FB_USED"
 
@@ -34,14 +34,14 @@ def read(cadence: FieldCadence, fields: set[str], gpus: tuple[GpuSnapshot, ...]
 
 def test_a_watched_field_is_read_every_nth_pass_and_repeated_in_between() -> None:
     cadence = FieldCadence(interval_seconds=5)
-    cadence.use({ENERGY: 12_000, TEMP: 5_000})  # 12 s at 5 s: every 3rd pass; 5 s: every pass
-    assert dict(cadence.periods) == {ENERGY: 3}
+    cadence.use({CLOCK: 12_000, TEMP: 5_000})  # 12 s at 5 s: every 3rd pass; 5 s: every pass
+    assert dict(cadence.periods) == {CLOCK: 3}
     seen = []
     for n in range(7):
-        skipped, snap = read(cadence, {ENERGY, TEMP}, (gpu("GPU-a", {ENERGY: 100 + n, TEMP: n}),))
-        seen.append((sorted(skipped), snap.gpus[0].values[ENERGY], snap.gpus[0].values[TEMP]))
-    assert seen == [([], 100, 0), ([ENERGY], 100, 1), ([ENERGY], 100, 2), ([], 103, 3),
-                    ([ENERGY], 103, 4), ([ENERGY], 103, 5), ([], 106, 6)]
+        skipped, snap = read(cadence, {CLOCK, TEMP}, (gpu("GPU-a", {CLOCK: 100 + n, TEMP: n}),))
+        seen.append((sorted(skipped), snap.gpus[0].values[CLOCK], snap.gpus[0].values[TEMP]))
+    assert seen == [([], 100, 0), ([CLOCK], 100, 1), ([CLOCK], 100, 2), ([], 103, 3),
+                    ([CLOCK], 103, 4), ([CLOCK], 103, 5), ([], 106, 6)]
 
 
 def test_mig_instances_repeat_their_own_values() -> None:
@@ -56,38 +56,47 @@ def test_mig_instances_repeat_their_own_values() -> None:
 
 def test_a_field_due_and_absent_stays_absent_until_read_again() -> None:
     cadence = FieldCadence(interval_seconds=1)
-    cadence.use({ENERGY: 2_000})
-    read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 1}),))
-    read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 2}),))
-    _, due = read(cadence, {ENERGY}, (gpu("GPU-a", {}),))  # NOT_SUPPORTED now, say
-    assert ENERGY not in due.gpus[0].values
-    _, between = read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 9}),))
-    assert ENERGY not in between.gpus[0].values, "nothing to repeat"
+    cadence.use({CLOCK: 2_000})
+    read(cadence, {CLOCK}, (gpu("GPU-a", {CLOCK: 1}),))
+    read(cadence, {CLOCK}, (gpu("GPU-a", {CLOCK: 2}),))
+    _, due = read(cadence, {CLOCK}, (gpu("GPU-a", {}),))  # NOT_SUPPORTED now, say
+    assert CLOCK not in due.gpus[0].values
+    _, between = read(cadence, {CLOCK}, (gpu("GPU-a", {CLOCK: 9}),))
+    assert CLOCK not in between.gpus[0].values, "nothing to repeat"
 
 
 def test_a_gpu_that_appears_shows_the_field_from_its_next_due_pass() -> None:
     cadence = FieldCadence(interval_seconds=1)
-    cadence.use({ENERGY: 2_000})
-    read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 1}),))
-    _, snap = read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 2}), gpu("GPU-b", {ENERGY: 5})))
-    assert snap.gpus[0].values == {ENERGY: 1} and snap.gpus[1].values == {}
-    _, snap = read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 3}), gpu("GPU-b", {ENERGY: 6})))
-    assert snap.gpus[1].values == {ENERGY: 6}
+    cadence.use({CLOCK: 2_000})
+    read(cadence, {CLOCK}, (gpu("GPU-a", {CLOCK: 1}),))
+    _, snap = read(cadence, {CLOCK}, (gpu("GPU-a", {CLOCK: 2}), gpu("GPU-b", {CLOCK: 5})))
+    assert snap.gpus[0].values == {CLOCK: 1} and snap.gpus[1].values == {}
+    _, snap = read(cadence, {CLOCK}, (gpu("GPU-a", {CLOCK: 3}), gpu("GPU-b", {CLOCK: 6})))
+    assert snap.gpus[1].values == {CLOCK: 6}
 
 
 def test_a_lost_gpu_stays_empty_and_new_groups_read_everything_at_once() -> None:
     cadence = FieldCadence(interval_seconds=1)
-    cadence.use({ENERGY: 3_000})
-    read(cadence, {ENERGY}, (gpu("GPU-a", {ENERGY: 1}),))
-    _, lost = read(cadence, {ENERGY}, (gpu("GPU-a", {}, healthy=False),))
+    cadence.use({CLOCK: 3_000})
+    read(cadence, {CLOCK}, (gpu("GPU-a", {CLOCK: 1}),))
+    _, lost = read(cadence, {CLOCK}, (gpu("GPU-a", {}, healthy=False),))
     assert lost.gpus[0].values == {}
-    cadence.use({ENERGY: 3_000})  # a reload: the next pass reads every field
-    assert cadence.skipped({ENERGY}) == frozenset()
+    cadence.use({CLOCK: 3_000})  # a reload: the next pass reads every field
+    assert cadence.skipped({CLOCK}) == frozenset()
     cadence.use({})
-    assert dict(cadence.periods) == {} and cadence.skipped({ENERGY}) == frozenset()
+    assert dict(cadence.periods) == {} and cadence.skipped({CLOCK}) == frozenset()
 
 
 def test_intervals_round_up_to_whole_passes() -> None:
     cadence = FieldCadence(interval_seconds=0.2)
     cadence.use({"a": 1_000, "b": 1_100, "c": 200, "d": 100, "e": 300})
     assert dict(cadence.periods) == {"a": 5, "b": 6, "e": 2}
+
+
+def test_slow_and_event_fields_keep_their_own_cadence() -> None:
+    """The NVML backend reads the slow fields every --slow-fields-interval and keeps their last
+    values itself; XIDs, health and P2P status are not plain readings of a pass."""
+    cadence = FieldCadence(interval_seconds=1)
+    cadence.use({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 60_000, "DCGM_EXP_P2P_STATUS": 60_000,
+                 "DCGM_EXP_XID_ERRORS_COUNT": 60_000, "DCGM_FI_DEV_GPU_TEMP": 60_000})
+    assert dict(cadence.periods) == {"DCGM_FI_DEV_GPU_TEMP": 60}
