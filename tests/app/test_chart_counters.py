@@ -131,6 +131,24 @@ def test_chart_4_8_3_config_enabled_sets_the_metrics_and_the_interval(
     assert any("every 1000 ms" in line for line in lines), lines
 
 
+def test_a_watch_group_on_nvml_repeats_the_value_between_its_reads(
+        exporters: list[Exporter], fake_nvml_path: Path, image: Path) -> None:
+    """SM_CLOCK in a 1-hour group is read on the first pass only; each GPU's series stays, with
+    its value, on the passes in between."""
+    (image / "config.yaml").write_text(CONFIG.replace("interval: 1s", "interval: 200ms") + (
+        "  watchGroups:\n    - {name: clocks, interval: 1h, fields: ['DCGM_FI_DEV_SM_*']}\n"))
+    exp = start(exporters, [], chart_env(
+        fake_nvml_path, image, DCGM_EXPORTER_CONFIG_FILE="/etc/dcgm-exporter/config.yaml"))
+    seen = set()
+    for _ in range(8):  # over several 200 ms passes
+        body = get(exp.base + "/metrics")[1]
+        seen.add((value(body, "DCGM_FI_DEV_SM_CLOCK", gpu="0"),
+                  value(body, "DCGM_FI_DEV_SM_CLOCK", gpu="1")))
+        time.sleep(0.2)
+    assert len(seen) == 1 and None not in next(iter(seen)), seen
+    assert exp.stop()[0] == 0
+
+
 def test_an_explicit_interval_and_counters_beat_the_config_file(
         exporters: list[Exporter], fake_nvml_path: Path, image: Path) -> None:
     (image / "config.yaml").write_text(CONFIG)

@@ -1,8 +1,13 @@
 """Watch groups on the collection passes: a field watched every I ms is read every
 ceil(I / interval)-th pass and repeats its last reading in between, per GPU and MIG instance."""
 
+from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.collector.watch import FieldCadence
+from gpu_enricher.fields.counters import parse_counters
 from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSnapshot
+from gpu_enricher.nvml.backend import NvmlBackend
+from tests.fake_nvml.build import FakeNvml
+from tests.samples import value
 
 CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # a plain reading of every pass
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
@@ -100,3 +105,32 @@ def test_slow_and_event_fields_keep_their_own_cadence() -> None:
     cadence.use({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 60_000, "DCGM_EXP_P2P_STATUS": 60_000,
                  "DCGM_EXP_XID_ERRORS_COUNT": 60_000, "DCGM_FI_DEV_GPU_TEMP": 60_000})
     assert dict(cadence.periods) == {"DCGM_FI_DEV_GPU_TEMP": 60}
+
+
+CSV = ("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+       "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n")
+
+
+async def test_the_nvml_backend_is_asked_only_on_due_passes(fake: FakeNvml) -> None:
+    """Through the real collector and the fake libnvidia-ml: POWER_USAGE watched every 3 s at a
+    1 s interval is asked of NVML on passes 0, 3 and 6 (and at once after a reload), while its
+    series stays on every pass."""
+    counters = parse_counters(CSV, "t.csv")
+    collector = Collector(NvmlBackend(), CollectorOptions(
+        interval_seconds=1, hostname="node-a", counters=counters,
+        field_intervals_ms={"DCGM_FI_DEV_POWER_USAGE": 3_000}))
+    try:
+        await collector.open_backend()
+        fake.reset()
+        for _ in range(7):
+            await collector.collect_once()
+            text = collector.exposition.text.decode()
+            assert value(text, "DCGM_FI_DEV_POWER_USAGE", gpu="1") is not None
+        gpus = 2
+        assert fake.calls("nvmlDeviceGetTemperature") == 7 * gpus
+        assert fake.calls("nvmlDeviceGetPowerUsage") == 3 * gpus
+        collector.use_counters(counters, {"DCGM_FI_DEV_POWER_USAGE": 3_000})
+        await collector.collect_once()
+        assert fake.calls("nvmlDeviceGetPowerUsage") == 4 * gpus, "read at once after a reload"
+    finally:
+        collector.backend.close()
