@@ -179,6 +179,7 @@ def run(config: Config, collection: Collection,
     except OSError as exc:
         log.error("%s", listen_error(exc, listen_address(config.host, config.port)))
         return 1
+    log.info("counters: %s", collection.origin)  # which file, and why (issue 24)
     try:
         backend = backend if backend is not None else make_backend(config)
         cluster = simulated_cluster(backend, config)

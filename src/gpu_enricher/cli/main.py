@@ -255,6 +255,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CountersFileError, ScenarioError, WebConfigError) as exc:
         print(f"gpu-enricher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    log.info("counters: %s", collection.origin)
     # argv None: the process itself (not a caller in-process), which ends once serving has.
     return run(config, collection, backend, security, exit_process=argv is None)
