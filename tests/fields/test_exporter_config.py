@@ -5,6 +5,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_enricher.fields.counters import CounterLine
 from gpu_enricher.fields.exporter_config import (
@@ -69,6 +71,7 @@ def test_metrics_file_is_absolute_or_next_to_the_config_file() -> None:
     ("", ":1:1: empty: expected at least `version: 1`"),
     ("- 1\n", ":1:1: expected a mapping, got a list"),
     ("metrics: {file: a.csv}\n", ":1:1: missing required key 'version'"),
+    ('version: 1\n"a\\nb": 1\n', ":2:1: 'a\\nb': unknown key"),
     ("version: 1\nmetric: {}\n",
      ":2:1: metric: unknown key (expected one of version, metrics, collection)"),
     ("version: '1'\n", ":1:10: version: expected a whole number, got a string"),
@@ -216,3 +219,27 @@ def test_the_file_is_read_safely(tmp_path: Path) -> None:
     assert str(err.value) == f"{bad}:2:17: invalid YAML: not UTF-8 text (byte 0xff)"
     with pytest.raises(ExporterConfigError, match="cannot read config file"):
         load_exporter_config(tmp_path / "absent.yaml")
+
+
+# YAML of the format's own keys and values, so that parsing goes deep.
+TOKENS = ["version: ", "metrics:", "file: ", "fields:", "name: ", "prometheusType: ", "help: ",
+          "collection:", "interval: ", "watchGroups:", "\n", "\n  ", "\n    ", "\n      ", "- ",
+          "[", "]", "{", "}", ", ", ": ", "1", "2", "30s", "1m", "0s", "gauge", "counter",
+          "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_*", "[a-", "'", '"', "#", "&a ", "*a", "!!str ",
+          "\t", "\x00", "\u2028", "é", "---\n"]
+yaml_like = st.lists(st.sampled_from(TOKENS) | st.text(max_size=3), max_size=40).map("".join)
+
+
+@given(text=yaml_like | st.text())
+def test_any_text_parses_or_fails_with_one_line(text: str) -> None:
+    try:
+        config = parse_exporter_config(text, PATH)
+    except ExporterConfigError as exc:
+        assert str(exc).startswith(f"{PATH}:"), exc
+        assert "\n" not in str(exc) and "\r" not in str(exc), exc
+        return
+    assert config.interval_ms is None or config.interval_ms >= 100
+    try:
+        field_intervals(config.watch_groups, config.metrics or [line("DCGM_FI_DEV_GPU_TEMP")])
+    except ExporterConfigError as exc:
+        assert str(exc).startswith(f"{PATH}:"), exc

@@ -88,6 +88,8 @@ class _At:
         return ExporterConfigError(f"{self}: {problem}")
 
     def child(self, name: str, mark: tuple[int, int]) -> "_At":
+        if not (name.isprintable() and 0 < len(name) <= 64):  # a key of the file, for one line
+            name = repr(name[:64])
         return _At(self.path, f"{self.key}.{name}" if self.key else name, mark)
 
 
