@@ -98,12 +98,14 @@ def test_intervals_round_up_to_whole_passes() -> None:
     assert dict(cadence.periods) == {"a": 5, "b": 6, "e": 2}
 
 
-def test_slow_and_event_fields_keep_their_own_cadence() -> None:
+def test_slow_profiling_and_event_fields_keep_their_own_cadence() -> None:
     """The NVML backend reads the slow fields every --slow-fields-interval and keeps their last
-    values itself; XIDs, health and P2P status are not plain readings of a pass."""
+    values itself; a GPM ratio is a window between the samples of two consecutive passes; XIDs,
+    health and P2P status are not plain readings of a pass."""
     cadence = FieldCadence(interval_seconds=1)
     cadence.use({"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 60_000, "DCGM_EXP_P2P_STATUS": 60_000,
-                 "DCGM_EXP_XID_ERRORS_COUNT": 60_000, "DCGM_FI_DEV_GPU_TEMP": 60_000})
+                 "DCGM_EXP_XID_ERRORS_COUNT": 60_000, "DCGM_FI_PROF_SM_ACTIVE": 60_000,
+                 "DCGM_FI_DEV_GPU_TEMP": 60_000})
     assert dict(cadence.periods) == {"DCGM_FI_DEV_GPU_TEMP": 60}
 
 

@@ -6,18 +6,19 @@ start (and from every reload of the counters, where every field is read at once)
 between, each GPU and MIG instance repeats the value it last read, as the NVML backend's slow
 fields do (nvml/cadence.py). A field that was due and absent (not supported, an error) is
 absent until it is read again. A GPU with no reading yet (one that appeared since) shows the
-field from its first pass where the field is due. Two kinds of field keep their own cadence
+field from its first pass where the field is due. Three kinds of field keep their own cadence
 whatever their group says: the slow fields (read every --slow-fields-interval by the NVML
-backend, which keeps their last values itself) and the fields that are not a plain reading of
-the pass (XIDs, clock-event counts, health, P2P status: fields/table.py's EVENT_FIELDS). Pure:
-the collector hands in each pass's snapshot.
+backend, which keeps their last values itself), the profiling fields (GPM ratios are a window
+between two samples of consecutive passes; the backend frees a sample a pass did not take) and
+the fields that are not a plain reading of the pass (XIDs, clock-event counts, health, P2P
+status: fields/table.py's EVENT_FIELDS). Pure: the collector hands in each pass's snapshot.
 """
 
 import dataclasses
 import math
 from collections.abc import Collection, Mapping
 
-from ..fields.table import EVENT_FIELDS, IMPLEMENTED
+from ..fields.table import EVENT_FIELDS, IMPLEMENTED, PROFILING_FIELDS
 from ..model import FieldValue, NodeSnapshot
 
 _Key = tuple[str, str]  # (GPU UUID, MIG device UUID or "")
@@ -39,8 +40,8 @@ class FieldCadence:
         """New watch groups (field → interval in ms): every field is read on the next pass."""
         periods = {name: math.ceil(ms / self._interval_ms - 1e-9)
                    for name, ms in intervals_ms.items()
-                   if name not in EVENT_FIELDS and not (name in IMPLEMENTED
-                                                        and IMPLEMENTED[name].slow)}
+                   if name not in EVENT_FIELDS | PROFILING_FIELDS
+                   and not (name in IMPLEMENTED and IMPLEMENTED[name].slow)}
         self._periods = {name: n for name, n in periods.items() if n > 1}
         self.restart()
 
