@@ -7,6 +7,7 @@
      groups and with every field of the counters in one group of --group-ms at -c --interval-ms.
 (ii) the repeat: FieldCadence.skipped + carry on an 8-GPU snapshot of the bundled counters'
      fields, every field watched, microseconds per pass (median of 5 x 1000).
+--real-nvml: the machine's own GPUs, this process's CPU per pass (NVML calls, join, render).
 See bench/README.md.
 """
 
@@ -18,11 +19,18 @@ import importlib
 import os
 import statistics
 import sys
+import time
 import timeit
 from pathlib import Path
 from typing import Any
 
 from _common import DEFAULT_BUILD_DIR, ROOT, build_fake_nvml, median
+
+
+def _cpu_ns(fake: Any) -> int:
+    """The fake library's own CPU accounting; on a real GPU, this process's CPU (both threads:
+    the NVML worker's calls and the loop's join and render)."""
+    return int(fake.total_cpu_ns()) if fake is not None else time.process_time_ns()
 
 
 async def nvml_ms_per_pass(fake: Any, gpus: int, interval_ms: int, group_ms: int | None,
@@ -41,10 +49,10 @@ async def nvml_ms_per_pass(fake: Any, gpus: int, interval_ms: int, group_ms: int
     try:
         await collector.open_backend()
         await collector.collect_once()  # the first pass reads everything, slow fields too
-        start = fake.total_cpu_ns()
+        start = _cpu_ns(fake)
         for _ in range(passes):
             await collector.collect_once()
-        return (fake.total_cpu_ns() - start) / 1e6 / passes
+        return (_cpu_ns(fake) - start) / 1e6 / passes
     finally:
         collector.backend.close()
 
@@ -80,21 +88,27 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-gpm", action="store_true",
                         help="GPUs without GPM (before Hopper): no profiling fields")
+    parser.add_argument("--real-nvml", action="store_true",
+                        help="the machine's own GPUs and driver; the process's CPU per pass")
     args = parser.parse_args()
-    lib = build_fake_nvml(args.build_dir)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    fake = importlib.import_module("tests.fake_nvml.build").FakeNvml(lib)
-    os.environ.update(FAKE_NVML_GPU_COUNT=str(args.gpus), FAKE_NVML_COST_PROFILE="h100",
-                      FAKE_NVML_GPM="" if args.no_gpm else ",".join(map(str, range(args.gpus))))
-    fake.reset()
+    fake = None
+    if not args.real_nvml:
+        lib = build_fake_nvml(args.build_dir)
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        fake = importlib.import_module("tests.fake_nvml.build").FakeNvml(lib)
+        os.environ.update(FAKE_NVML_GPU_COUNT=str(args.gpus), FAKE_NVML_COST_PROFILE="h100",
+                          FAKE_NVML_GPM="" if args.no_gpm else ",".join(map(str,
+                                                                            range(args.gpus))))
+        fake.reset()
     period = -(-args.group_ms // args.interval_ms)
     passes = 2 * period  # whole periods
     for label, group in (("no watch group", None), (f"every field in a {args.group_ms} ms group",
                                                     args.group_ms)):
         runs = [asyncio.run(nvml_ms_per_pass(fake, args.gpus, args.interval_ms, group, passes))
                 for _ in range(args.runs)]
-        print(f"{label}: NVML CPU {median(runs):.2f} ms per pass (median of {args.runs}, "
+        what = "process CPU" if fake is None else "NVML CPU"
+        print(f"{label}: {what} {median(runs):.2f} ms per pass (median of {args.runs}, "
               f"{passes} passes each: {', '.join(f'{r:.2f}' for r in runs)}), {args.gpus} GPUs, "
               f"-c {args.interval_ms}")
     print(f"repeat (skipped + carry), 8 GPUs, every field watched: {carry_us():.0f} µs per pass")
