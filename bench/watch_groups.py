@@ -101,6 +101,7 @@ def main() -> int:
                           FAKE_NVML_GPM="" if args.no_gpm else ",".join(map(str,
                                                                             range(args.gpus))))
         fake.reset()
+    gpus = "this node's GPUs" if fake is None else f"{args.gpus} GPUs"
     period = -(-args.group_ms // args.interval_ms)
     passes = 2 * period  # whole periods
     for label, group in (("no watch group", None), (f"every field in a {args.group_ms} ms group",
@@ -109,7 +110,7 @@ def main() -> int:
                 for _ in range(args.runs)]
         what = "process CPU" if fake is None else "NVML CPU"
         print(f"{label}: {what} {median(runs):.2f} ms per pass (median of {args.runs}, "
-              f"{passes} passes each: {', '.join(f'{r:.2f}' for r in runs)}), {args.gpus} GPUs, "
+              f"{passes} passes each: {', '.join(f'{r:.2f}' for r in runs)}), {gpus}, "
               f"-c {args.interval_ms}")
     print(f"repeat (skipped + carry), 8 GPUs, every field watched: {carry_us():.0f} µs per pass")
     return 0
