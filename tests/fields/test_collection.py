@@ -38,7 +38,7 @@ def test_nothing_set_and_no_default_file_is_the_bundled_list(image: Path) -> Non
     assert collection.origin == (f"counters file {default_counters_path()} (no -f given and no "
                                  "/etc/dcgm-exporter/default-counters.csv: the bundled list)")
     # Watched: a customMetrics ConfigMap mounted there later is a reload.
-    assert collection.watched == (default_counters_path(), image / "default-counters.csv")
+    assert collection.watched == (image / "default-counters.csv",)
 
 
 def test_nothing_set_reads_dcgm_exporters_default_path_when_it_exists(image: Path) -> None:
@@ -115,6 +115,7 @@ def test_an_absent_file_of_dcgm_exporters_image_is_the_bundled_list(
     assert collection.origin.endswith("(-f/--collectors names "
                                       "/etc/dcgm-exporter/dcp-metrics-included.csv, which is "
                                       "absent)")
+    assert collection.watched == (image / "dcp-metrics-included.csv",), "mounted later: reload"
     elsewhere = CountersSources(Path("/etc/custom/counters.csv"), "-f/--collectors",
                                 image_dir=image)
     with pytest.raises(CountersFileError, match="cannot read counters file"):

@@ -69,32 +69,39 @@ class Collection:
     field_intervals_ms: Mapping[str, int] = field(default_factory=dict)
 
 
-def _image_file(sources: CountersSources, path: Path, named_by: str) -> tuple[Path, str]:
-    """A counters file named by a flag or the config file, and the words for the log."""
+def _image_file(sources: CountersSources, path: Path,
+                named_by: str) -> tuple[Path, str, Path]:
+    """A counters file named by a flag or the config file: the file to read, the words for
+    the log, and the file to watch (the named one, also while it is absent)."""
     local = sources.local(path)
     if PurePosixPath(path).is_relative_to(DCGM_IMAGE_DIR) and not local.exists():
         log.warning("%s is a counters file of dcgm-exporter's image and is not here; using "
                     "gpu-enricher's bundled counters (mount your own file to keep yours)", path)
-        return default_counters_path(), f"{named_by} names {path}, which is absent"
-    return local, f"named by {named_by}"
+        return default_counters_path(), f"{named_by} names {path}, which is absent", local
+    return local, f"named by {named_by}", local
 
 
-def _counters(sources: CountersSources,
-              config: ExporterConfig | None) -> tuple[tuple[CounterLine, ...], str, Path | None]:
-    """The counters lines, the words for the log, and the CSV read (None: inline)."""
+def _counters(sources: CountersSources, config: ExporterConfig | None
+              ) -> tuple[tuple[CounterLine, ...], str, tuple[Path, ...]]:
+    """The counters lines, the words for the log, and the counters files to watch. A source
+    of counters is one more branch here, in its place in the precedence."""
+    default = sources.image_dir / DEFAULT_COUNTERS_NAME
     if sources.collectors is not None:
-        path, why = _image_file(sources, sources.collectors, sources.collectors_origin)
+        path, why, watch = _image_file(sources, sources.collectors, sources.collectors_origin)
     elif config is not None and config.metrics is not None:
-        return config.metrics, f"the metrics.fields of {config.path}", None
+        return config.metrics, f"the metrics.fields of {config.path}", ()
     elif config is not None and config.metrics_file is not None:
-        path, why = _image_file(sources, config.metrics_file, f"metrics.file of {config.path}")
-    elif (default := sources.image_dir / DEFAULT_COUNTERS_NAME).exists():
-        path, why = default, ("no -f given, and dcgm-exporter's default "
-                              f"{DCGM_IMAGE_DIR / DEFAULT_COUNTERS_NAME} exists")
+        path, why, watch = _image_file(sources, config.metrics_file,
+                                       f"metrics.file of {config.path}")
+    elif default.exists():
+        path, why, watch = default, ("no -f given, and dcgm-exporter's default "
+                                     f"{DCGM_IMAGE_DIR / DEFAULT_COUNTERS_NAME} exists"), default
     else:
-        path, why = default_counters_path(), (
-            f"no -f given and no {DCGM_IMAGE_DIR / DEFAULT_COUNTERS_NAME}: the bundled list")
-    return load_counters(path), f"counters file {path} ({why})", path
+        # Watched while absent: a customMetrics ConfigMap mounted after the start is a reload.
+        path, why, watch = default_counters_path(), (
+            f"no -f given and no {DCGM_IMAGE_DIR / DEFAULT_COUNTERS_NAME}: the bundled "
+            "list"), default
+    return load_counters(path), f"counters file {path} ({why})", (watch,)
 
 
 def load_collection(sources: CountersSources) -> Collection:
@@ -102,13 +109,8 @@ def load_collection(sources: CountersSources) -> Collection:
     for the config file) with a one-line message."""
     config_path = None if sources.config_file is None else sources.local(sources.config_file)
     config = None if config_path is None else load_exporter_config(config_path)
-    counters, origin, csv = _counters(sources, config)
-    # The default file is watched while nothing else names the counters: one that appears
-    # later (a ConfigMap mounted after the start) is a reload.
-    defaulted = sources.collectors is None and (
-        config is None or (config.metrics is None and config.metrics_file is None))
-    default = sources.image_dir / DEFAULT_COUNTERS_NAME if defaulted else None
-    watched = tuple(dict.fromkeys(p for p in (config_path, csv, default) if p is not None))
+    counters, origin, files = _counters(sources, config)
+    watched = files if config_path is None else (config_path, *files)
     if config is None:
         return Collection(counters, origin, watched)
     return Collection(counters, origin, watched, config.interval_ms,
