@@ -12,11 +12,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from .assembly import make_assignments, make_backend, make_collector, simulated_cluster
+from .assembly import (
+    counters_sources,
+    make_assignments,
+    make_backend,
+    make_collector,
+    simulated_cluster,
+)
 from .backend import GpuBackend
 from .collector.loop import Collector
 from .config import Config
-from .fields.counters import CounterLine
+from .fields.collection import Collection
 from .reload import ConfigReloader
 from .web.connguard import ConnectionGuard, ConnectionLimits, GuardedSite, make_room_for
 from .web.server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
@@ -160,7 +166,7 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
             log.error("shutdown failed", exc_info=cleanup.exception())
 
 
-def run(config: Config, counters: tuple[CounterLine, ...],
+def run(config: Config, collection: Collection,
         backend: GpuBackend | None = None, security: "WebSecurity | None" = None,
         exit_process: bool = False) -> int:
     """Bind first, then build and start everything else: an address that cannot be bound is
@@ -173,6 +179,7 @@ def run(config: Config, counters: tuple[CounterLine, ...],
     except OSError as exc:
         log.error("%s", listen_error(exc, listen_address(config.host, config.port)))
         return 1
+    log.info("counters: %s", collection.origin)  # which file, and why (issue 24)
     try:
         backend = backend if backend is not None else make_backend(config)
         cluster = simulated_cluster(backend, config)
@@ -180,8 +187,9 @@ def run(config: Config, counters: tuple[CounterLine, ...],
             config = cluster.configure(config)
         assignments = make_assignments(config,
                                        cluster.kubelet.socket_path if cluster else None)
-        collector = make_collector(config, counters, backend, assignments,
-                                   (lambda: cluster.api.url) if cluster else None)
+        collector = make_collector(config, collection.counters, backend, assignments,
+                                   (lambda: cluster.api.url) if cluster else None,
+                                   collection.field_intervals_ms)
         app = make_app(collector, cluster)
         live = None
         if security is not None:  # --web-config-file: basic auth and headers; TLS below
@@ -190,8 +198,10 @@ def run(config: Config, counters: tuple[CounterLine, ...],
 
             live = LiveWebSecurity(security)
             install_web_security(app, live)
-        reloader = ConfigReloader(collector, config.collectors, counters, live,
-                                  config.config_check_interval_ms / 1000)
+        reloader = ConfigReloader(collector, counters_sources(config), collection, live,
+                                  config.config_check_interval_ms / 1000,
+                                  None if config.collect_interval_given
+                                  else config.collect_interval_ms)
         app[RELOADER_KEY] = reloader
         app.cleanup_ctx.append(_for_the_app_life("config-reloader", reloader.run))
         with asyncio.Runner(loop_factory=new_event_loop) as runner:

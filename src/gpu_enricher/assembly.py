@@ -2,7 +2,7 @@
 imported only when asked for (grpc with `-k`, kubernetes_asyncio with the API), and the
 collector over them. app.py serves what this builds."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +10,7 @@ from .attribution.podlabels import PodLabelPolicy
 from .backend import GpuBackend
 from .collector.loop import Collector, CollectorOptions
 from .config import BUILTIN_SCENARIO, KUBELET_LIST_MAX_WAIT_SECONDS, Config
+from .fields.collection import CountersSources
 from .fields.counters import CounterLine
 
 if TYPE_CHECKING:
@@ -56,10 +57,19 @@ def make_assignments(config: Config, socket: Path | None = None) -> "KubeletSour
     )
 
 
+def counters_sources(config: Config) -> CountersSources:
+    """Where the counters may come from (fields/collection.py reads them)."""
+    return CountersSources(
+        collectors=config.collectors if config.collectors_origin else None,
+        collectors_origin=config.collectors_origin, config_file=config.config_file,
+        image_dir=config.dcgm_exporter_dir)
+
+
 def make_collector(config: Config, counters: tuple[CounterLine, ...],
                    backend: GpuBackend | None = None,
                    assignments: "KubeletSource | None" = None,
-                   api_url: Callable[[], str] | None = None) -> Collector:
+                   api_url: Callable[[], str] | None = None,
+                   field_intervals_ms: Mapping[str, int] | None = None) -> Collector:
     """The collector with every source the configuration asks for."""
     logs, processes = make_process_sources(config)
     backend = backend if backend is not None else make_backend(config)
@@ -69,6 +79,7 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
             interval_seconds=config.interval_seconds,
             hostname=config.hostname,
             counters=counters,
+            field_intervals_ms=field_intervals_ms or {},
             virtual_gpus=config.virtual_gpus,
             extra_resources=config.extra_resources,
             process_metrics=config.process_metrics,

@@ -53,6 +53,10 @@ class Config:
     replace_blanks_in_model_name: bool = False  # -rbmn
     use_old_namespace: bool = False  # -o: 1.x names of the UUID and pod labels
     hpc_job_mapping_dir: Path | None = None  # Slurm prolog's job files; None: no hpc_job
+    collectors_origin: str = ""  # what set `collectors` (`-f/--collectors`, a variable); "": unset
+    config_file: Path | None = None  # dcgm-exporter's --config-file (YAML, schema v1)
+    collect_interval_given: bool = False  # -c or its variable set: beats collection.interval
+    dcgm_exporter_dir: Path = Path("/etc/dcgm-exporter")  # GPU_ENRICHER_DCGM_EXPORTER_DIR
 
     @property
     def kube_api(self) -> bool:

@@ -7,16 +7,19 @@ defect 8). PyYAML's safe loader still takes anchors and aliases (a billion laugh
 aliases per level into gigabytes) and deep nesting (the composer recurses per level), and reads
 a date-like plain scalar as a date (the files have no dates, and PyYAML's timestamp constructor
 raises on 2001-02-30): `StrictLoader` refuses the first two and keeps the third a string. The
-scenario and web-config loaders build on it, each decoding the nodes its own way."""
+web-config loader builds on it; `PositionedLoader` decodes to plain values that remember where
+they were written (the scenario and dcgm-exporter's config file name `FILE:LINE…` in errors)."""
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
 import yaml
 from yaml.composer import ComposerError
-from yaml.nodes import Node
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 
 class FileReadError(ValueError):
@@ -114,3 +117,139 @@ StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != TAG + "timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+
+
+# --- decoded YAML that remembers where each value was written ------------------------------
+
+
+class YamlMap(dict[str, Any]):
+    """A decoded mapping: its own (line, column) and each key's and value's, 1-based."""
+
+    line: int
+    column: int
+    lines: dict[str, tuple[int, int]]  # key → (the key's line, the value's line)
+    marks: dict[str, tuple[tuple[int, int], tuple[int, int]]]  # key → (key's, value's)
+
+
+class YamlSeq(list[Any]):
+    """A decoded sequence: its own (line, column) and each item's."""
+
+    line: int
+    column: int
+    lines: list[int]
+    marks: list[tuple[int, int]]
+
+
+def _mark(node: Node) -> tuple[int, int]:
+    return int(node.start_mark.line) + 1, int(node.start_mark.column) + 1
+
+
+def short_tag(tag: str) -> str:
+    return "!!" + tag.removeprefix(TAG) if tag.startswith(TAG) else tag
+
+
+class PositionedLoader(StrictLoader):
+    """The strict safe loader, decoding to `YamlMap`/`YamlSeq` and scalars, without tags, and
+    refusing duplicate keys (PyYAML keeps the last; Go's strict decoder refuses them).
+    `document` names the format in messages ("a scenario")."""
+
+    document: ClassVar[str] = "this file"
+
+    def decode(self, node: Node) -> Any:
+        if isinstance(node, ScalarNode):
+            return self._scalar(node)
+        if isinstance(node, SequenceNode) and node.tag == TAG + "seq":
+            seq = YamlSeq(self.decode(item) for item in node.value)
+            (seq.line, seq.column), seq.marks = _mark(node), [_mark(i) for i in node.value]
+            seq.lines = [line for line, _ in seq.marks]
+            return seq
+        if isinstance(node, MappingNode) and node.tag == TAG + "map":
+            return self._mapping(node)
+        raise ConstructorError(None, None, f"tag {short_tag(node.tag)!r} is not allowed in "
+                               f"{self.document}", node.start_mark)
+
+    def _mapping(self, node: MappingNode) -> YamlMap:
+        result = YamlMap()
+        (result.line, result.column), result.lines, result.marks = _mark(node), {}, {}
+        for key_node, value_node in node.value:
+            # A key is its text: YAML 1.1 would make `on:` a boolean and `1:` an integer.
+            if not isinstance(key_node, ScalarNode) or key_node.tag not in SCALAR_TAGS | {
+                    TAG + "merge"}:
+                raise ConstructorError(None, None, "a key must be plain text",
+                                       key_node.start_mark)
+            key = str(key_node.value)
+            if key in result:
+                raise ConstructorError(None, None, f"duplicate key {key!r} (first on line "
+                                       f"{result.lines[key][0]})", key_node.start_mark)
+            result[key] = self.decode(value_node)
+            result.marks[key] = (_mark(key_node), _mark(value_node))
+            result.lines[key] = (result.marks[key][0][0], result.marks[key][1][0])
+        return result
+
+    def _scalar(self, node: ScalarNode) -> Any:
+        if node.tag not in SCALAR_TAGS:
+            raise ConstructorError(None, None, f"tag {short_tag(node.tag)!r} is not allowed in "
+                                   f"{self.document}", node.start_mark)
+        kind = node.tag.removeprefix(TAG)
+        try:
+            return self.yaml_constructors[node.tag](self, node)
+        # PyYAML's constructors raise these on explicitly tagged junk (`!!int ""`, `!!bool x`)
+        # and on integers longer than Python converts (4300 digits).
+        except (ValueError, OverflowError, LookupError, TypeError):
+            raise ConstructorError(None, None, f"cannot read {_shown(node.value)} as {kind}",
+                                   node.start_mark) from None
+
+
+def _shown(raw: str) -> str:
+    return repr(raw) if len(raw) <= 60 else repr(raw[:59]) + "…"
+
+
+def text_position(text: str, index: int) -> tuple[int, int]:
+    """1-based line and column of text[index], with the line breaks PyYAML counts."""
+    line, start = 1, 0
+    for i in range(min(index, len(text))):
+        char = text[i]
+        if char in "\n\x85\u2028\u2029" or (char == "\r" and text[i + 1:i + 2] != "\n"):
+            line, start = line + 1, i + 1
+    return line, index - start + 1
+
+
+def utf8_text(data: bytes, name: str, error: Callable[[str], Exception]) -> str:
+    """UTF-8 text; `error("FILE:LINE:COLUMN: invalid YAML: not UTF-8 text (byte 0x..)")`."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start].decode("utf-8")  # valid up to the bad byte
+        line, column = text_position(before, len(before))
+        raise error(f"{name}:{line}:{column}: invalid YAML: not UTF-8 text "
+                    f"(byte 0x{data[exc.start]:02x})") from None
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    problem = str(exc.problem or exc.context or "parse error")
+    if exc.context and problem.startswith("but "):  # "expected a single document …, but found"
+        problem = f"{exc.context}, {problem}"
+    return " ".join(problem.split())
+
+
+def decode_positioned(text: str, name: str, loader: type[PositionedLoader],
+                      error: Callable[[str], Exception]) -> Any:
+    """The text's one document as `YamlMap`/`YamlSeq`/scalars; `error(message)` with the
+    position (`name:LINE:COLUMN: invalid YAML: …`) of what YAML or the loader refused."""
+    try:
+        instance = loader(text)
+    except yaml.reader.ReaderError as exc:  # the reader checks every character up front
+        line, column = text_position(text, exc.position)
+        raise error(f"{name}:{line}:{column}: invalid YAML: unacceptable character "
+                    f"#x{exc.character:04x}: {exc.reason}") from None
+    try:
+        node = instance.get_single_node()
+        return None if node is None else instance.decode(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else name
+        raise error(f"{where}: invalid YAML: {_yaml_problem(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{name}: invalid YAML: {' '.join(str(exc).split())}") from None
+    finally:
+        instance.dispose()

@@ -1,6 +1,11 @@
 """Reloading the configuration without a gap (issue 13): SIGHUP, or a change of a watched file
-(the counters file, the web config and the certificate, key and CA files it names), re-reads
-the counters file and the web config together.
+(the counters file, dcgm-exporter's config file, the web config and the certificate, key and CA
+files it names), re-reads the counters, the config file and the web config together.
+
+The config file's metrics and watch groups apply at once (dcgm-exporter reads the file only at
+start). Its `collection.interval` does not: the interval sizes what was built at start (the
+kubelet client's deadline, the pod labels' maximum age, the sources' deadlines, the stall
+limit, assembly.py), so a changed one is logged once as needing a restart.
 
 Nothing is torn down: /metrics keeps serving the running exposition until the collector has
 rendered a whole pass with the new counters (Collector.use_counters), and new connections and
@@ -26,7 +31,9 @@ from typing import Final
 from .collector.loop import Collector
 from .collector.pacing import wait_event
 from .exposition.ownmetrics import CONFIG
-from .fields.counters import CounterLine, CountersFileError, load_counters
+from .fields.collection import Collection, CountersSources, load_collection
+from .fields.counters import CountersFileError
+from .fields.exporter_config import ExporterConfigError
 from .web.config import WebConfigError, load_web_config
 from .web.live_security import LiveWebSecurity, fixed_setting_changed, watched_files
 from .web.security import WebSecurity, web_security
@@ -60,17 +67,23 @@ class ReloadRefused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class LoadedConfig:
-    counters: tuple[CounterLine, ...]
+    collection: Collection
     security: WebSecurity | None
 
 
 class ConfigReloader:
-    def __init__(self, collector: Collector, counters_path: Path,
-                 counters: tuple[CounterLine, ...], live: LiveWebSecurity | None,
-                 check_seconds: float, wall_clock: Callable[[], float] = time.time) -> None:
+    """`interval_ms`: the collection interval in force when the config file may set it (None:
+    -c sets it, and the file's never applies)."""
+
+    def __init__(self, collector: Collector, sources: CountersSources, collection: Collection,
+                 live: LiveWebSecurity | None, check_seconds: float,
+                 interval_ms: int | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self._collector = collector
-        self._counters_path = counters_path
-        self._counters = counters
+        self._sources = sources
+        self._collection = collection
+        self._interval_ms = interval_ms
+        self._interval_noted: int | None = None
         self._live = live
         self._check_seconds = check_seconds
         self._wall_clock = wall_clock
@@ -81,8 +94,8 @@ class ConfigReloader:
 
     def _paths(self) -> tuple[Path, ...]:
         if self._live is None:
-            return (self._counters_path,)
-        return (self._counters_path, *watched_files(self._live.current.config))
+            return self._collection.watched
+        return (*self._collection.watched, *watched_files(self._live.current.config))
 
     def _stamp_all(self) -> dict[Path, Stamp]:
         return {path: stamp(path) for path in self._paths()}
@@ -124,10 +137,13 @@ class ConfigReloader:
             self._refuse(trigger, refused)
             return
         changed = []
-        if loaded.counters != self._counters:
-            self._counters = loaded.counters
-            self._collector.use_counters(loaded.counters)
-            changed.append(f"{len(loaded.counters)} counter line(s)")
+        old, new = self._collection, loaded.collection
+        self._collection = new
+        if (new.counters, new.field_intervals_ms) != (old.counters, old.field_intervals_ms):
+            self._collector.use_counters(new.counters, new.field_intervals_ms)
+            changed.append(f"{len(new.counters)} counter line(s) from {new.origin}, "
+                           f"{len(new.field_intervals_ms)} field(s) in watch groups")
+        self._note_interval(new.interval_ms)
         if self._live is not None and loaded.security is not None:
             self._live.replace(loaded.security)
             changed.append("web config")
@@ -139,20 +155,31 @@ class ConfigReloader:
     def _read(self) -> LoadedConfig:
         """In a worker thread. Raises ReloadRefused."""
         try:
-            counters = load_counters(self._counters_path)
+            collection = load_collection(self._sources)
         except CountersFileError as exc:
-            raise ReloadRefused("counters", str(exc)) from None
+            file = "config_file" if isinstance(exc, ExporterConfigError) else "counters"
+            raise ReloadRefused(file, str(exc)) from None
         if self._live is None:
-            return LoadedConfig(counters, None)
+            return LoadedConfig(collection, None)
         running = self._live.current
         try:
             config = load_web_config(Path(running.config.path))
             fixed = fixed_setting_changed(running.config, config)
             if fixed is not None:
                 raise ReloadRefused("web_config", fixed)
-            return LoadedConfig(counters, web_security(config, running))
+            return LoadedConfig(collection, web_security(config, running))
         except WebConfigError as exc:
             raise ReloadRefused("web_config", str(exc)) from None
+
+    def _note_interval(self, wanted: int | None) -> None:
+        """Once per new value: a changed collection.interval needs a restart."""
+        if (self._interval_ms is None or wanted is None or wanted == self._interval_ms
+                or wanted == self._interval_noted):
+            return
+        self._interval_noted = wanted
+        log.warning("collection.interval is now %d ms; the running %d ms stays until a restart "
+                    "(the interval sizes the sources' deadlines at start)", wanted,
+                    self._interval_ms)
 
     def _refuse(self, trigger: str, refused: ReloadRefused) -> None:
         CONFIG.reload_ok = False

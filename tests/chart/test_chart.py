@@ -23,6 +23,7 @@ from gpu_enricher.cli.flag_values import UsageError
 from gpu_enricher.cli.main import parse_config
 from gpu_enricher.config import Config
 from gpu_enricher.exposition.label_drop import REFUSED, refusal
+from gpu_enricher.fields.collection import CountersSources, load_collection
 from tests.conftest import ROOT, require_tool
 
 CHART = ROOT / "helm" / "gpu-enricher"
@@ -97,6 +98,8 @@ CUSTOM_COUNTERS = ("# two fields\nDCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (
 EXTRA_RULE = {"alert": "ChartTestRule", "expr": "vector(1)", "for": "5m",
               "labels": {"severity": "info"}}
 
+WATCH_GROUPS = [{"name": "memory", "interval": "1m30s", "fields": ["DCGM_FI_DEV_FB_*"]}]
+
 ALL_FEATURES: dict[str, Any] = {
     "serviceMonitor": {
         "enabled": True, "relabelInstanceToNodeName": True, "scrapeTimeout": "10s",
@@ -117,6 +120,7 @@ ALL_FEATURES: dict[str, Any] = {
                    "dra": {"enabled": True, "driverNames": DRA_DRIVERS}},
     "processMetrics": {"enabled": True},
     "counters": CUSTOM_COUNTERS,
+    "watchGroups": WATCH_GROUPS,
     "collectInterval": 1000,
     "port": 9500,
     "noHostname": True,
@@ -768,6 +772,28 @@ def test_custom_counters_roll_the_pods(rendered: dict[str, Rendered]) -> None:
         annotations = r.one("DaemonSet")["spec"]["template"]["metadata"]["annotations"]
         return annotations["checksum/counters"]  # type: ignore[no-any-return]
     assert checksum(custom) != checksum(rendered["defaults"])
+
+
+def test_watch_groups_become_a_config_file_next_to_the_counters(
+        rendered: dict[str, Rendered], tmp_path: Path) -> None:
+    """watchGroups: dcgm-exporter's config file (schema 1) in the counters ConfigMap, passed with
+    --config-file, read by the exporter as it reads the file a chart mounts."""
+    r = rendered["all-features"]
+    counters = next(c for c in r.all("ConfigMap") if c["metadata"]["name"].endswith("-counters"))
+    assert "--config-file=/etc/gpu-enricher/config.yaml" in r.container["args"]
+    for name, text in counters["data"].items():  # the mounted folder
+        (tmp_path / name).write_text(text)
+    config, _ = parse_config(r.container["args"], r.env())
+    assert config.config_file == Path("/etc/gpu-enricher/config.yaml")
+    collection = load_collection(CountersSources(
+        collectors=tmp_path / "counters.csv", collectors_origin="--collectors",
+        config_file=tmp_path / "config.yaml"))
+    assert dict(collection.field_intervals_ms) == {"DCGM_FI_DEV_FB_USED": 90_000}
+    defaults = rendered["defaults"]
+    assert not any(a.startswith("--config-file") for a in defaults.container["args"])
+    assert "config.yaml" not in next(
+        c for c in defaults.all("ConfigMap")
+        if c["metadata"]["name"].endswith("-counters"))["data"]
 
 
 def test_all_flags_reach_the_container(rendered: dict[str, Rendered]) -> None:

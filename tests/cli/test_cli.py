@@ -295,8 +295,8 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
     # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13),
-    # -d, -rbmn, -o, --hpc-job-mapping-dir (24)
-    assert len(ignored) == 26
+    # -d, -rbmn, -o, --hpc-job-mapping-dir, --config-file (24)
+    assert len(ignored) == 25
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
@@ -328,17 +328,6 @@ def test_boolean_flags_take_an_optional_value_as_dcgm_exporter_does() -> None:
     assert not config.kubernetes
     _, warnings = parse_config(["--fake-gpus=false", "--enable-dcgm-log"], {})
     assert len(warnings) == 1 and "--enable-dcgm-log" in warnings[0]
-
-
-def test_dcgm_image_counters_path_falls_back_to_the_bundled_file(
-        caplog: pytest.LogCaptureFixture) -> None:
-    from gpu_enricher.cli.main import counters_path
-
-    missing = Path("/etc/dcgm-exporter/dcp-metrics-included.csv")
-    assert counters_path(missing) == default_counters_path()
-    assert "dcp-metrics-included.csv" in caplog.text
-    other = Path("/etc/custom/counters.csv")
-    assert counters_path(other) == other, "other paths stay errors if missing"
 
 
 def test_slow_fields_interval() -> None:

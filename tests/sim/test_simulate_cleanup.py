@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from gpu_enricher import app
-from gpu_enricher.cli.main import counters_path, parse_config
-from gpu_enricher.fields.counters import load_counters
+from gpu_enricher.assembly import counters_sources
+from gpu_enricher.cli.main import parse_config
+from gpu_enricher.fields.collection import load_collection
 from gpu_enricher.sim.backend import SimulatedBackend
 from gpu_enricher.sim.cluster import SimulatedCluster
 from gpu_enricher.sim.scenario import builtin_scenario
@@ -153,7 +154,7 @@ def test_a_failure_while_building_the_exporter_removes_the_directory(
     monkeypatch.setattr(app, "make_collector", broken)
     config, _ = parse_config(["--simulate", "-a", f"127.0.0.1:{free_port()}"], {})
     with pytest.raises(RuntimeError, match="broken collector"):
-        app.run(config, load_counters(counters_path(config.collectors)),
+        app.run(config, load_collection(counters_sources(config)),
                 SimulatedBackend(builtin_scenario()))
     assert sim_dirs(tmp_path) == []
 

@@ -8,10 +8,10 @@ from typing import Final
 
 from ..exposition.label_drop import refusal
 from ..exposition.shape import DeviceOptionError, parse_selection
+from ..fields.exporter_config import MIN_INTERVAL_MS
 
 DEFAULT_ADDRESS: Final = ":9400"
 DEFAULT_INTERVAL_MS: Final = 5000
-MIN_INTERVAL_MS: Final = 100
 # Go's strconv.ParseBool spellings (dcgm-exporter's) plus yes/no/on/off; compared lowercased.
 TRUE_WORDS: Final = frozenset({"1", "t", "true", "yes", "on"})
 FALSE_WORDS: Final = frozenset({"0", "f", "false", "no", "off", ""})

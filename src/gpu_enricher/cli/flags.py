@@ -66,8 +66,14 @@ OPTIONS: Final = (
     Option("address", "a", parse_address, f"address to serve on (default {DEFAULT_ADDRESS})",
            "[HOST]:PORT"),
     Option("collectors", "f", Path,
-           "counters CSV in dcgm-exporter's syntax (default: the bundled default-counters.csv)",
+           "counters CSV in dcgm-exporter's syntax (default: the config file's metrics, else "
+           "/etc/dcgm-exporter/default-counters.csv when it exists, else the bundled list)",
            "PATH"),
+    Option("config-file", None, parse_optional_path,
+           "dcgm-exporter 4.8.3's YAML configuration (version: 1; metrics.file or "
+           "metrics.fields; collection.interval; collection.watchGroups, read at their own "
+           "interval); -f, -c and their variables, when set, win over it; a wrong file exits 2 "
+           "at start; reloaded like -f (docs/counters.md)", "PATH"),
     Option("collect-interval", "c", parse_interval,
            f"collection interval in milliseconds (default {DEFAULT_INTERVAL_MS})", "MS"),
     Option("slow-fields-interval", None, parse_slow_interval,
@@ -165,7 +171,8 @@ OPTIONS: Final = (
            "auth, extra response headers; a bad file exits 2 at start; reloaded like -f",
            "PATH"),
     Option("config-check-interval", None, parse_config_check_interval,
-           "check the counters file, the web config and its certificate, key and CA files for "
+           "check the counters file, the config file, the web config and its certificate, key "
+           "and CA files for "
            "changes every MS and reload them; SIGHUP reloads at once; a wrong file keeps the "
            "running configuration; 0: on SIGHUP only (default 5000)", "MS"),
     Option("web-read-header-timeout", None, parse_read_header_timeout,

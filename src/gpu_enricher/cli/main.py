@@ -14,7 +14,6 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,6 +25,7 @@ from ..config import (
     Config,
 )
 from ..exposition.label_drop import unknown_warning
+from ..fields.collection import DCGM_IMAGE_DIR, default_counters_path
 from ..fields.names import HOSTNAME_LABEL_NAMES, LABEL_HOSTNAME, Hostname
 from .flag_values import (
     DEFAULT_IDLE_TIMEOUT_MS,
@@ -62,10 +62,7 @@ from .flags import SHORT_USAGE, build_parser, compat_flags, env_names, go_style_
 log = logging.getLogger("gpu_enricher")
 
 EXIT_USAGE: Final = 2
-
-
-def default_counters_path() -> Path:
-    return Path(str(resources.files("gpu_enricher.fields").joinpath("default-counters.csv")))
+DCGM_EXPORTER_DIR_ENV: Final = "GPU_ENRICHER_DCGM_EXPORTER_DIR"
 
 
 def _value(args: argparse.Namespace, long: str, env: Mapping[str, str]) -> tuple[str | None, str]:
@@ -138,6 +135,11 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         host=host,
         port=port,
         collectors=get("collectors", Path, default_counters_path()),
+        collectors_origin=_value(args, "collectors", env)[1],
+        config_file=get("config-file", parse_optional_path, None),
+        collect_interval_given=_value(args, "collect-interval", env)[0] is not None,
+        # Where dcgm-exporter's /etc/dcgm-exporter is: the tests map it into a temporary folder.
+        dcgm_exporter_dir=Path(env.get(DCGM_EXPORTER_DIR_ENV) or DCGM_IMAGE_DIR),
         collect_interval_ms=get("collect-interval", parse_interval, DEFAULT_INTERVAL_MS),
         slow_fields_interval_ms=get("slow-fields-interval", parse_slow_interval, 30000),
         xid_window_ms=get("xid-count-window-size", parse_window, 300000),
@@ -197,20 +199,6 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
     return config, warnings
 
 
-DCGM_IMAGE_DIR: Final = Path("/etc/dcgm-exporter")
-
-
-def counters_path(path: Path) -> Path:
-    """dcgm-exporter's image ships its counters files in /etc/dcgm-exporter, and copied
-    manifests point there (`-f /etc/dcgm-exporter/dcp-metrics-included.csv`): when such a
-    file is absent from this image, use the bundled counters instead of crash-looping."""
-    if path.parent == DCGM_IMAGE_DIR and not path.exists():
-        log.warning("%s is a counters file of dcgm-exporter's image and is not here; using "
-                    "gpu-enricher's bundled counters (mount your own file to keep yours)", path)
-        return default_counters_path()
-    return path
-
-
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -237,7 +225,8 @@ def setup_logging(log_format: str, debug: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..fields.counters import CountersFileError, load_counters
+    from ..fields.collection import load_collection
+    from ..fields.counters import CountersFileError
     from ..sim.scenario import ScenarioError
     from ..web.config import WebConfigError
 
@@ -257,8 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for warning in warnings:
         log.warning("%s", warning)
     try:
-        config = dataclasses.replace(config, collectors=counters_path(config.collectors))
-        counters = load_counters(config.collectors)
+        from ..assembly import counters_sources
+
+        collection = load_collection(counters_sources(config))
+        if collection.interval_ms is not None and not config.collect_interval_given:
+            config = dataclasses.replace(config, collect_interval_ms=collection.interval_ms)
         security = None
         if config.web_config_file is not None:  # before NVML: a bad file fails fast
             from ..web.security import load_web_security
@@ -272,4 +264,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-enricher: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     # argv None: the process itself (not a caller in-process), which ends once serving has.
-    return run(config, counters, backend, security, exit_process=argv is None)
+    return run(config, collection, backend, security, exit_process=argv is None)

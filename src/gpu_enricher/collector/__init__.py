@@ -2,7 +2,8 @@
 other sources (`loop.py`), joins every source's snapshot into the DCGM, event, health and
 process families and the query document (`cycle.py`, pure), renders once and swaps the bytes
 in; `/metrics` and the query API only ever read those bytes. Beside it: the pace of the passes
-(`pacing.py`), the counters plan in force (`planner.py`), what the collector is told at start
+(`pacing.py`), the counters plan in force (`planner.py`), the fields read every N-th pass
+(dcgm-exporter's watch groups, `watch.py`), what the collector is told at start
 (`options.py`) and the log lines that report a change once (`news.py`).
 
 May import: `model`, `sources`, `backend`, `worker`, `fields`, `attribution`, `exposition`,

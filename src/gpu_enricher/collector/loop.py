@@ -9,7 +9,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..backend import BackendUnavailable, GpuBackend
 from ..exposition.ownmetrics import OwnMetrics
@@ -39,6 +39,7 @@ from .news import Unmatched, report_gpu_changes
 from .options import CollectorOptions as CollectorOptions
 from .pacing import PassSchedule
 from .planner import CounterPlanner
+from .watch import FieldCadence
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ class Collector:
         self._worker = BlockingWorker("nvml")
         self._planner = CounterPlanner(options.counters)
         self._schedule = PassSchedule(options.interval_seconds)
+        self._cadence = FieldCadence(options.interval_seconds)
+        self._cadence.use(options.field_intervals_ms)
         self.snapshot: NodeSnapshot | None = None
         self.ready = False
         self.not_ready_reason = WAITING_FOR_FIRST_PASS
@@ -209,9 +212,12 @@ class Collector:
             break
         self._planner.refresh(self.backend)
 
-    def use_counters(self, counters: tuple[CounterLine, ...]) -> None:
-        """A reloaded counters file (reload.py): planned by a pass that runs at once."""
+    def use_counters(self, counters: tuple[CounterLine, ...],
+                     field_intervals_ms: Mapping[str, int] | None = None) -> None:
+        """A reloaded counters file and watch groups (reload.py): planned by a pass that runs
+        at once, which reads every field."""
         self._planner.replace(counters)
+        self._cadence.use(field_intervals_ms or {})
         self._schedule.now()
 
     async def collect_once(self) -> None:
@@ -219,13 +225,15 @@ class Collector:
         together, then the sources that need the new GPU snapshot (/proc), one render."""
         plan = self._planner.refresh(self.backend, stale_only=True)
         planned = [m.field for m in plan.metrics]
-        fields = plan.sampled_fields.union(self.clock_events.sampled_fields(planned),
-                                                self.gpu_health.sampled_fields(planned))
+        every_pass = self.clock_events.sampled_fields(planned).union(
+            self.gpu_health.sampled_fields(planned))
+        skipped = self._cadence.skipped(plan.sampled_fields - every_pass)
+        fields = plan.sampled_fields.union(every_pass) - skipped
         started = time.perf_counter()
         concurrent = [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
                       for s in self.sources if not s.after_gpus]
         try:
-            await self._sample(fields, started)
+            await self._sample(fields, skipped, started)
             derived: tuple[Source[object], ...] = (self.clock_events, self.gpu_health)
             for pure in derived:  # from the pass itself, no I/O
                 await self._sources.refresh(pure, self.snapshot)
@@ -247,11 +255,13 @@ class Collector:
         self.exposition = self._render()
         self.ready = True
 
-    async def _sample(self, fields: frozenset[str], started: float) -> None:
+    async def _sample(self, fields: frozenset[str], skipped: frozenset[str],
+                      started: float) -> None:
         snapshot = await self._call(lambda: self.backend.sample(fields))
         assert isinstance(snapshot, NodeSnapshot)
         for error in snapshot.errors:
             self._errors[error.reason] += 1
+        snapshot = self._cadence.carry(snapshot, skipped)  # watch groups read every Nth pass
         snapshot = report_gpu_changes(self.snapshot, snapshot)  # a GPU gone: 0 for one pass
         self.snapshot = snapshot
         if self._lost_streak:
@@ -273,6 +283,7 @@ class Collector:
         self._errors[exc.reason] += 1
         self._opened = False
         self._backend_error = exc.message
+        self._cadence.restart()  # a new driver session: every field read at once
         if self.snapshot is not None:
             self.snapshot = NodeSnapshot(
                 tuple(GpuSnapshot(g.identity, healthy=False, error=exc.message)

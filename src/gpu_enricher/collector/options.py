@@ -1,7 +1,8 @@
 """What the collector is told at start: the interval, the host label, the counters lines, and
 the join's options (cycle.JoinOptions)."""
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
 from ..exposition.shape import LabelStyle, parse_selection
@@ -33,6 +34,8 @@ class CollectorOptions:
     """`-d` in dcgm-exporter's syntax, already checked by the CLI."""
     dashed_model_names: bool = False
     old_namespace: bool = False
+    field_intervals_ms: Mapping[str, int] = field(default_factory=dict)
+    """Watch groups of dcgm-exporter's config file: field → its interval (collector/watch.py)."""
 
     def join(self) -> JoinOptions:
         return JoinOptions(

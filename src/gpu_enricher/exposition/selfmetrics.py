@@ -106,7 +106,7 @@ def http_families(bad_requests: int, auth_failures: Mapping[str, int], *, connec
                     [([("reason", r)], n) for r, n in auth_failures.items()])]
 
 
-CONFIG_FILES = ("counters", "web_config")
+CONFIG_FILES = ("counters", "config_file", "web_config")
 """What a reload re-reads (reload.py): the counters file (-f) and --web-config-file."""
 
 

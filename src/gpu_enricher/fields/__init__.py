@@ -2,8 +2,10 @@
 (`catalog.py`) and DCGM 1.x's lowercase ones (`legacy_names.py`); the implemented fields as one
 table, field → NVML source → conversion → value format (`table.py`, its vocabulary in
 `spec.py`, NVML's answers in dcgm-exporter's units in `convert.py`); the counters CSV and the
-plan built from it (`counters.py`, the bundled `default-counters.csv`); the label names and
-their order (`names.py`). Pure, but for reading the counters file through `files`.
+plan built from it (`counters.py`, the bundled `default-counters.csv`); where the counters come
+from (`collection.py`) and dcgm-exporter's config file (`exporter_config.py`, Go's syntax in
+`go_syntax.py`); the label names and their order (`names.py`). Pure, but for reading the
+counters and config files through `files`.
 
 May import: `model`, `files`. Imported by: nearly every part; it imports none of them.
 """

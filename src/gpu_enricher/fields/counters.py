@@ -105,6 +105,25 @@ def _excerpt(text: str) -> str:
     return f"{text[:EXCERPT_CHARS]!r}…"
 
 
+def counter_line(field: str, prom_type: str, help_text: str, path: str, line_no: int,
+                 where: str) -> CounterLine:
+    """One counters line checked (a CSV line, or an inline field of dcgm-exporter's config
+    file); errors start with `where`."""
+    if not field:
+        raise CountersFileError(f"{where}: empty field name")
+    if prom_type.lower() not in PROM_TYPES:
+        raise CountersFileError(
+            f"{where}: unknown metric type {_excerpt(prom_type)} for {_excerpt(field)} "
+            f"(expected one of: {', '.join(PROM_TYPES)})"
+        )
+    if not is_known_field(field) and field not in LEGACY_FIELDS:
+        raise CountersFileError(
+            f"{where}: unknown field {_excerpt(field)}: not a DCGM_FI_* or DCGM_EXP_* field "
+            "nor a DCGM 1.x name (dcgm_sm_clock, …) that dcgm-exporter knows"
+        )
+    return CounterLine(field, prom_type.lower(), help_text, path, line_no)
+
+
 def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
     """Parse a counters file; raise CountersFileError naming `path:line` on the first error."""
     lines: list[CounterLine] = []
@@ -144,20 +163,7 @@ def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
                 "(quote a help text that contains a comma)"
             )
         field, prom_type, help_text = cells
-        if not field:
-            raise CountersFileError(f"{where}: empty field name")
-        prom_type = prom_type.lower()
-        if prom_type not in PROM_TYPES:
-            raise CountersFileError(
-                f"{where}: unknown metric type {_excerpt(cells[1])} for {_excerpt(field)} "
-                f"(expected one of: {', '.join(PROM_TYPES)})"
-            )
-        if not is_known_field(field) and field not in LEGACY_FIELDS:
-            raise CountersFileError(
-                f"{where}: unknown field {_excerpt(field)}: not a DCGM_FI_* or DCGM_EXP_* field "
-                "nor a DCGM 1.x name (dcgm_sm_clock, …) that dcgm-exporter knows"
-            )
-        lines.append(CounterLine(field, prom_type, help_text, path, line_no))
+        lines.append(counter_line(field, prom_type, help_text, path, line_no, where))
     if not lines:
         # Exporting nothing is never what was meant: a wrong mount or an empty ConfigMap.
         raise CountersFileError(

@@ -289,7 +289,8 @@ def _check_processes(gpus: tuple[SimGpu, ...], process_ats: list[tuple[At, ...]]
 
 
 def parse_scenario(raw: Any, path: str) -> Scenario:
-    """The scenario of decoded YAML (`_Map`/`_Seq` from a file carry lines for the errors)."""
+    """The scenario of decoded YAML (`files.YamlMap`/`YamlSeq` from a file carry lines for the
+    errors)."""
     at = At(path, "", line_of(raw))
     top = as_mapping(raw, at)
     check_keys(top, _TOP_KEYS, at)  # first: a misspelt `gpus` is named, not "missing"
