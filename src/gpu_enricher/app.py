@@ -17,6 +17,7 @@ from .assembly import (
     make_assignments,
     make_backend,
     make_collector,
+    make_config_map_source,
     simulated_cluster,
 )
 from .backend import GpuBackend
@@ -187,9 +188,11 @@ def run(config: Config, collection: Collection,
             config = cluster.configure(config)
         assignments = make_assignments(config,
                                        cluster.kubelet.socket_path if cluster else None)
-        collector = make_collector(config, collection.counters, backend, assignments,
-                                   (lambda: cluster.api.url) if cluster else None,
-                                   collection.field_intervals_ms)
+        api_url = (lambda: cluster.api.url) if cluster else None
+        config_map = make_config_map_source(config, api_url)
+        collector = make_collector(config, collection.counters, backend, assignments, api_url,
+                                   collection.field_intervals_ms,
+                                   (config_map,) if config_map is not None else ())
         app = make_app(collector, cluster)
         live = None
         if security is not None:  # --web-config-file: basic auth and headers; TLS below
@@ -198,10 +201,10 @@ def run(config: Config, collection: Collection,
 
             live = LiveWebSecurity(security)
             install_web_security(app, live)
-        reloader = ConfigReloader(collector, counters_sources(config), collection, live,
-                                  config.config_check_interval_ms / 1000,
+        reloader = ConfigReloader(collector, counters_sources(config, collection.config_map),
+                                  collection, live, config.config_check_interval_ms / 1000,
                                   None if config.collect_interval_given
-                                  else config.collect_interval_ms)
+                                  else config.collect_interval_ms, config_map)
         app[RELOADER_KEY] = reloader
         app.cleanup_ctx.append(_for_the_app_life("config-reloader", reloader.run))
         with asyncio.Runner(loop_factory=new_event_loop) as runner:

@@ -2,7 +2,7 @@
 imported only when asked for (grpc with `-k`, kubernetes_asyncio with the API), and the
 collector over them. app.py serves what this builds."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .attribution.podlogs import LogNameSource
     from .attribution.proc_source import ProcessSource
     from .health.xid import XidSnapshot
+    from .kube.configmap_source import ConfigMapSource
     from .kubelet.source import KubeletSource
     from .model import ClaimAccess, ClaimAllocation, PodDirectory, SliceDirectory
     from .sim.cluster import SimulatedCluster
@@ -57,20 +58,65 @@ def make_assignments(config: Config, socket: Path | None = None) -> "KubeletSour
     )
 
 
-def counters_sources(config: Config) -> CountersSources:
-    """Where the counters may come from (fields/collection.py reads them)."""
+def counters_sources(config: Config,
+                     config_map: tuple[str, str] | None = None) -> CountersSources:
+    """Where the counters may come from (fields/collection.py reads them); `config_map`: -m's
+    ConfigMap name and `metrics` text, as read through the API."""
     return CountersSources(
         collectors=config.collectors if config.collectors_origin else None,
         collectors_origin=config.collectors_origin, config_file=config.config_file,
-        image_dir=config.dcgm_exporter_dir)
+        image_dir=config.dcgm_exporter_dir, config_map=config_map)
+
+
+def read_counters_config_map(config: Config) -> tuple[str, str] | None:
+    """-m at start: (`NAMESPACE/NAME`, its `metrics` text), read once through the API; None
+    without -m, or on the simulated node (its fake API starts later: the watch reads it)."""
+    if config.configmap is None or config.simulate is not None:
+        return None
+    import asyncio
+
+    from .fields.collection import ConfigMapError
+    from .kube.client import KubeError
+    from .kube.config import plan_from_environment
+    from .kube.configmap_source import read_config_map
+    from .kube.configmaps import ConfigMapRef, metrics_text
+
+    ref = ConfigMapRef(*config.configmap)
+    try:
+        plan = plan_from_environment(None, str(config.kubeconfig) if config.kubeconfig else None)
+        found = asyncio.run(read_config_map(plan, ref))
+        return str(ref), metrics_text(found, ref)
+    except KubeError as exc:
+        raise ConfigMapError(f"-m {ref.namespace}:{ref.name}: cannot read the ConfigMap "
+                             f"through the Kubernetes API: {exc}") from None
+    except ValueError as exc:
+        raise ConfigMapError(f"-m {ref.namespace}:{ref.name}: {exc}") from None
+
+
+def make_config_map_source(config: Config, api_url: Callable[[], str] | None = None
+                           ) -> "ConfigMapSource | None":
+    """-m: the ConfigMap's watch, whose changes reload the counters (reload.py)."""
+    if config.configmap is None:  # asked for by name: whatever --kubernetes-api says
+        return None
+    from .kube.config import plan_from_environment
+    from .kube.configmap_source import ConfigMapOptions, ConfigMapSource
+    from .kube.configmaps import ConfigMapRef
+
+    options = ConfigMapOptions(node_name=config.node_name, ref=ConfigMapRef(*config.configmap),
+                               kubeconfig=str(config.kubeconfig) if config.kubeconfig else None)
+    if api_url is None:
+        return ConfigMapSource(options)
+    return ConfigMapSource(options, plan=lambda: plan_from_environment(api_url(), None))
 
 
 def make_collector(config: Config, counters: tuple[CounterLine, ...],
                    backend: GpuBackend | None = None,
                    assignments: "KubeletSource | None" = None,
                    api_url: Callable[[], str] | None = None,
-                   field_intervals_ms: Mapping[str, int] | None = None) -> Collector:
-    """The collector with every source the configuration asks for."""
+                   field_intervals_ms: Mapping[str, int] | None = None,
+                   others: "Sequence[Source[object]]" = ()) -> Collector:
+    """The collector with every source the configuration asks for; `others`: sources only
+    others read (-m's ConfigMap, for the reloader), for their health and self-metrics."""
     logs, processes = make_process_sources(config)
     backend = backend if backend is not None else make_backend(config)
     return Collector(
@@ -102,6 +148,7 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
         xids=make_xid_source(config, backend),
         claim_access=make_claim_source(config, assignments, api_url),
         jobs=make_job_source(config),
+        others=others,
     )
 
 

@@ -57,6 +57,7 @@ class Config:
     config_file: Path | None = None  # dcgm-exporter's --config-file (YAML, schema v1)
     collect_interval_given: bool = False  # -c or its variable set: beats collection.interval
     dcgm_exporter_dir: Path = Path("/etc/dcgm-exporter")  # GPU_ENRICHER_DCGM_EXPORTER_DIR
+    configmap: tuple[str, str] | None = None  # -m NAMESPACE:NAME: counters from its `metrics`
 
     @property
     def kube_api(self) -> bool:

@@ -20,13 +20,14 @@ cert-manager renames a new file into place; both change the stat of the path we 
 """
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from .collector.loop import Collector
 from .collector.pacing import wait_event
@@ -34,9 +35,13 @@ from .exposition.ownmetrics import CONFIG
 from .fields.collection import Collection, CountersSources, load_collection
 from .fields.counters import CountersFileError
 from .fields.exporter_config import ExporterConfigError
+from .kube.configmaps import metrics_text
 from .web.config import WebConfigError, load_web_config
 from .web.live_security import LiveWebSecurity, fixed_setting_changed, watched_files
 from .web.security import WebSecurity, web_security
+
+if TYPE_CHECKING:  # only with -m: the watch and kubernetes_asyncio are not loaded otherwise
+    from .kube.configmap_source import ConfigMapSource
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +82,13 @@ class ConfigReloader:
 
     def __init__(self, collector: Collector, sources: CountersSources, collection: Collection,
                  live: LiveWebSecurity | None, check_seconds: float,
-                 interval_ms: int | None = None,
+                 interval_ms: int | None = None, config_map: "ConfigMapSource | None" = None,
                  wall_clock: Callable[[], float] = time.time) -> None:
+        """`config_map`: -m's watch; a new version of the ConfigMap is a reload."""
         self._collector = collector
         self._sources = sources
+        self._config_map = config_map
+        self._config_map_version = ""  # the last version read (put in force or refused)
         self._collection = collection
         self._interval_ms = interval_ms
         self._interval_noted: int | None = None
@@ -111,6 +119,9 @@ class ConfigReloader:
             if await wait_event(self._requested, self._check_seconds or None):
                 self._requested.clear()
                 await self.reload("SIGHUP")
+                continue
+            if (changed_map := self._config_map_changed()) is not None:
+                await self.reload(changed_map)
                 continue
             changed = [path for path, old in self._stamps.items() if stamp(path) != old]
             if changed:
@@ -152,12 +163,36 @@ class ConfigReloader:
         CONFIG.reload_ok, CONFIG.last_success = True, self._wall_clock()
         log.info("configuration reloaded (%s): %s", trigger, ", ".join(changed) or "unchanged")
 
+    def _config_map_changed(self) -> str | None:
+        """The reload trigger when the watch saw a new version of -m's ConfigMap (its text is
+        then in `self._sources`); a ConfigMap deleted or without its key is refused once, and
+        the last good counters stay."""
+        if self._config_map is None:
+            return None
+        seen = self._config_map.snapshot()
+        found = seen.config_map
+        version = found.resource_version if found is not None else "gone"
+        if not seen.listed or version == self._config_map_version:
+            return None
+        self._config_map_version = version
+        ref = self._config_map.ref
+        try:
+            text = metrics_text(found, ref)
+        except ValueError as exc:
+            self._refuse(f"ConfigMap {ref} changed", ReloadRefused("configmap", str(exc)))
+            return None
+        if self._sources.config_map == (str(ref), text):
+            return None  # the start's read, or an edit of another key
+        self._sources = dataclasses.replace(self._sources, config_map=(str(ref), text))
+        return f"ConfigMap {ref} changed"
+
     def _read(self) -> LoadedConfig:
         """In a worker thread. Raises ReloadRefused."""
         try:
             collection = load_collection(self._sources)
         except CountersFileError as exc:
-            file = "config_file" if isinstance(exc, ExporterConfigError) else "counters"
+            file = ("config_file" if isinstance(exc, ExporterConfigError)
+                    else "configmap" if self._sources.config_map is not None else "counters")
             raise ReloadRefused(file, str(exc)) from None
         if self._live is None:
             return LoadedConfig(collection, None)

@@ -19,6 +19,7 @@ import pytest
 
 from gpu_enricher.model import ClaimAllocation, PodAssignment, SliceDevice
 from gpu_enricher.sim.fake_api.claims import StoredClaim
+from gpu_enricher.sim.fake_api.objects import config_map_object
 from gpu_enricher.sim.fake_api.server import FakeKubeApi
 from gpu_enricher.sim.fake_api.slices import slice_object
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
@@ -205,3 +206,59 @@ async def test_operator_gpu_cluster_admin_claim(node: Node) -> None:
         assert value(body, "gpu_enricher_device_allocation_info", pod=EXPORTER_POD,
                      admin_access="true", device_id=f"{NODE}/{device}") == 1
     assert value(body, "gpu_enricher_dra_claim_reads_total", result="forbidden") == 1
+
+
+# --- -m: the counters from a ConfigMap, through the API ---------------------------------------
+
+CONFIGMAP_ENV = {**OPERATOR_ENV, "DCGM_EXPORTER_CONFIGMAP_DATA": "gpu-operator:dcgm-metrics"}
+"""`dcgmExporter.env` setting DCGM_EXPORTER_CONFIGMAP_DATA (the Operator then mounts the token)."""
+
+
+def metrics_map(csv: str) -> dict[str, object]:
+    return config_map_object("gpu-operator", "dcgm-metrics", {"metrics": csv, "other": "x"})
+
+
+async def test_operator_configmap_data_is_read_and_watched(node: Node) -> None:
+    """The counters come from the ConfigMap's `metrics` key, not from -f's file; an edit is
+    in force without a restart (dcgm-exporter reads it once); a deletion keeps the last good
+    list, refused and counted once."""
+    node.api.upsert_config_map(metrics_map(CUSTOM_CSV))
+    exporter = await node.deploy(Manifest({**CONFIGMAP_ENV, "GPU_ENRICHER_CONFIG_CHECK_INTERVAL":
+                                           "200"}, token=True))
+    body = await scrape(exporter, trainer_on_gpu0)
+    assert dcgm_fields(body) == {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"}
+    assert value(body, "gpu_enricher_configmap_synced") == 1
+    node.api.upsert_config_map(metrics_map(
+        "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).\n"))
+    body = await scrape(exporter, lambda b: dcgm_fields(b) == {"DCGM_FI_DEV_SM_CLOCK"})
+    assert 'pod="trainer"' in series(body, "DCGM_FI_DEV_SM_CLOCK", "0")[0]
+    node.api.upsert_config_map(metrics_map("DCGM_FI_DEV_GPU_TEMP gauge\n"))  # no commas
+    await scrape(exporter, lambda b: value(
+        b, "gpu_enricher_config_reload_failures_total", file="configmap") == 1)
+    node.api.delete_config_map("cm-gpu-operator-dcgm-metrics")
+    body = await scrape(exporter, lambda b: value(
+        b, "gpu_enricher_config_reload_failures_total", file="configmap") == 2)
+    assert dcgm_fields(body) == {"DCGM_FI_DEV_SM_CLOCK"}, "the last good list stays"
+    assert value(body, "gpu_enricher_config_reload_success") == 0
+    log = await stop(exporter)
+    assert log.count("ConfigMap gpu-operator/dcgm-metrics not found") == 1, log
+    assert "ConfigMap gpu-operator/dcgm-metrics key metrics:1" in log, log
+
+
+@pytest.mark.parametrize("stored, says", [
+    (None, "-m gpu-operator:dcgm-metrics: ConfigMap gpu-operator/dcgm-metrics not found"),
+    ({"other": "x"}, "has no key 'metrics' (its keys: other)"),
+    ({"metrics": "DCGM_FI_DEV_GPU_TEMP gauge\n"}, "ConfigMap gpu-operator/dcgm-metrics key "
+                                                  "metrics:1:"),
+], ids=["no-configmap", "no-key", "bad-csv"])
+async def test_operator_configmap_data_missing_at_start_exits_2(
+        node: Node, stored: dict[str, str] | None, says: str) -> None:
+    if stored is not None:
+        node.api.upsert_config_map(config_map_object("gpu-operator", "dcgm-metrics", stored))
+    exporter = Deployed(Manifest(CONFIGMAP_ENV, token=True), node.root, node.nvml, node.kubelet,
+                        node.api)
+    node.started.append(exporter)
+    _, err = await asyncio.to_thread(exporter.proc.communicate, timeout=30)
+    assert exporter.proc.returncode == 2, err
+    (line,) = [line for line in err.splitlines() if line.startswith("gpu-enricher: error:")]
+    assert says in line, err

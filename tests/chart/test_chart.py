@@ -1041,3 +1041,26 @@ def test_hpc_job_mapping_as_the_gpu_operator_renders_it(helm: str, tmp_path: Pat
     assert config.hpc_job_mapping_dir == Path(directory) and not warnings
     default = helm_template(helm, CHART, None).stdout
     assert "hpc-job-mapping" not in default and "DCGM_HPC_JOB_MAPPING_DIR" not in default
+
+
+def test_counters_config_map_is_watched_with_a_role_in_its_namespace(
+        helm: str, tmp_path: Path) -> None:
+    """countersConfigMap: -m, the token, and get/list/watch on ConfigMaps in that namespace
+    only (a Role there, bound to the exporter's account in the release's namespace)."""
+    values = {"countersConfigMap": "gpu-operator:dcgm-metrics"}
+    text = helm_template(helm, CHART, write_values(tmp_path, "cm", values)).stdout
+    r = Rendered(values, text, [d for d in yaml.safe_load_all(text) if d])
+    assert "--configmap-data=gpu-operator:dcgm-metrics" in r.container["args"]
+    assert r.pod["automountServiceAccountToken"] is True
+    assert "ClusterRole" not in r.kinds(), "nothing cluster-wide for a ConfigMap"
+    role, binding = r.one("Role"), r.one("RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "gpu-operator"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                              "verbs": ["get", "list", "watch"]}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": r.pod["serviceAccountName"],
+                                    "namespace": NAMESPACE}]
+    config, _ = parse_config(r.container["args"], r.env())
+    assert config.configmap == ("gpu-operator", "dcgm-metrics")
+    refused = helm_template(helm, CHART, write_values(tmp_path, "bad", {
+        "countersConfigMap": "no-colon"}), check=False)
+    assert refused.returncode != 0 and "countersConfigMap" in refused.stderr

@@ -295,8 +295,8 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
     # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13),
-    # -d, -rbmn, -o, --hpc-job-mapping-dir, --config-file (24)
-    assert len(ignored) == 25
+    # -d, -rbmn, -o, --hpc-job-mapping-dir, --config-file, -m (24)
+    assert len(ignored) == 24
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
@@ -438,3 +438,21 @@ def test_hpc_job_mapping_dir_from_the_operators_variable() -> None:
     config, _ = parse_config([], {"DCGM_HPC_JOB_MAPPING_DIR": ""})
     assert config.hpc_job_mapping_dir is None, "dcgm-exporter's default, empty: off"
     assert parse_config([], {})[0].hpc_job_mapping_dir is None
+
+
+@pytest.mark.parametrize(("argv", "env", "expected"), [
+    (["-m", "gpu-operator:dcgm-metrics"], {}, ("gpu-operator", "dcgm-metrics")),
+    ([], {"DCGM_EXPORTER_CONFIGMAP_DATA": "ops:my.metrics"}, ("ops", "my.metrics")),
+    ([], {"DCGM_EXPORTER_CONFIGMAP_DATA": "none"}, None),  # dcgm-exporter's default
+    (["--configmap-data="], {}, None),
+])
+def test_configmap_data_as_dcgm_exporter_takes_it(
+        argv: list[str], env: dict[str, str], expected: tuple[str, str] | None) -> None:
+    assert parse_config(argv, env)[0].configmap == expected
+
+
+@pytest.mark.parametrize("raw", ["metrics", "ops/metrics", "Ops:metrics", "ops:", ":metrics",
+                                 "a:b:c"])
+def test_a_bad_configmap_reference_is_one_line(raw: str) -> None:
+    with pytest.raises(UsageError, match=r"expected NAMESPACE:NAME"):
+        parse_config(["-m", raw], {})

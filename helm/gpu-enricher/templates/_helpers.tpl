@@ -121,6 +121,12 @@ Config.kube_api, less process metrics when processMetrics.kubernetesApi is false
 {{- if or (include "gpu-enricher.readsPods" .) (include "gpu-enricher.dra" .) }}true{{ end }}
 {{- end }}
 
+{{/* Whether the pod needs its service-account token: a feature reads the Kubernetes API, or
+countersConfigMap (-m) is watched there. */}}
+{{- define "gpu-enricher.token" -}}
+{{- if or (include "gpu-enricher.kubeApi" .) .Values.countersConfigMap }}true{{ end }}
+{{- end }}
+
 {{/* Whether the pod shares the host's PID namespace: the hostPID value, or process access
 through it. */}}
 {{- define "gpu-enricher.hostPID" -}}

@@ -28,6 +28,7 @@ from .flag_values import (
     parse_address,
     parse_bool,
     parse_config_check_interval,
+    parse_configmap_ref,
     parse_cpu_budget,
     parse_devices,
     parse_driver_names,
@@ -74,6 +75,11 @@ OPTIONS: Final = (
            "metrics.fields; collection.interval; collection.watchGroups, read at their own "
            "interval); -f, -c and their variables, when set, win over it; a wrong file exits 2 "
            "at start; reloaded like -f (docs/counters.md)", "PATH"),
+    Option("configmap-data", "m", parse_configmap_ref,
+           "read the counters from the key `metrics` of this ConfigMap through the Kubernetes "
+           "API instead of -f (Role: get, list, watch configmaps in NAMESPACE), and watch it: a "
+           "change reloads them without a restart; missing at start exits 2, later the last "
+           "good list stays; `none`: off (docs/counters.md)", "NAMESPACE:NAME"),
     Option("collect-interval", "c", parse_interval,
            f"collection interval in milliseconds (default {DEFAULT_INTERVAL_MS})", "MS"),
     Option("slow-fields-interval", None, parse_slow_interval,

@@ -40,6 +40,7 @@ from .flag_values import (
     parse_address,
     parse_bool,
     parse_config_check_interval,
+    parse_configmap_ref,
     parse_cpu_budget,
     parse_devices,
     parse_driver_names,
@@ -137,6 +138,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         collectors=get("collectors", Path, default_counters_path()),
         collectors_origin=_value(args, "collectors", env)[1],
         config_file=get("config-file", parse_optional_path, None),
+        configmap=get("configmap-data", parse_configmap_ref, None),
         collect_interval_given=_value(args, "collect-interval", env)[0] is not None,
         # Where dcgm-exporter's /etc/dcgm-exporter is: the tests map it into a temporary folder.
         dcgm_exporter_dir=Path(env.get(DCGM_EXPORTER_DIR_ENV) or DCGM_IMAGE_DIR),
@@ -246,9 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for warning in warnings:
         log.warning("%s", warning)
     try:
-        from ..assembly import counters_sources
+        from ..assembly import counters_sources, read_counters_config_map
 
-        collection = load_collection(counters_sources(config))
+        collection = load_collection(counters_sources(config, read_counters_config_map(config)))
         if collection.interval_ms is not None and not config.collect_interval_given:
             config = dataclasses.replace(config, collect_interval_ms=collection.interval_ms)
         security = None

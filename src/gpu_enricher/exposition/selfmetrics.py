@@ -106,8 +106,9 @@ def http_families(bad_requests: int, auth_failures: Mapping[str, int], *, connec
                     [([("reason", r)], n) for r, n in auth_failures.items()])]
 
 
-CONFIG_FILES = ("counters", "config_file", "web_config")
-"""What a reload re-reads (reload.py): the counters file (-f) and --web-config-file."""
+CONFIG_FILES = ("counters", "config_file", "configmap", "web_config")
+"""What a reload re-reads (reload.py): the counters file (-f), --config-file, -m's ConfigMap
+and --web-config-file."""
 
 
 def config_families(reload_ok: bool, last_success: float | None,

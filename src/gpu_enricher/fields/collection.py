@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-from .counters import CounterLine, load_counters
+from .counters import CounterLine, CountersFileError, load_counters, parse_counters
 from .exporter_config import ExporterConfig, field_intervals, load_exporter_config
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,10 @@ def default_counters_path() -> Path:
     return Path(str(resources.files(__package__).joinpath("default-counters.csv")))
 
 
+class ConfigMapError(CountersFileError):
+    """-m's ConfigMap cannot be read at start: dcgm-exporter exits then, and so do we."""
+
+
 @dataclass(frozen=True, slots=True)
 class CountersSources:
     """What the command line and environment say about the counters."""
@@ -48,6 +52,9 @@ class CountersSources:
     collectors_origin: str = ""  # which of them set it: `-f/--collectors`, `DCGM_EXPORTER_…`
     config_file: Path | None = None  # --config-file or its variable
     image_dir: Path = DCGM_IMAGE_DIR  # where dcgm-exporter's /etc/dcgm-exporter is
+    config_map: tuple[str, str] | None = None
+    """-m: (`NAMESPACE/NAME`, the text of its `metrics` key), read through the API by the
+    caller (at start, then on each change the watch sees)."""
 
     def local(self, path: Path) -> Path:
         """`path` with /etc/dcgm-exporter read from `image_dir`."""
@@ -67,6 +74,7 @@ class Collection:
     watched: tuple[Path, ...]  # files whose change is a reload
     interval_ms: int | None = None  # the config file's collection.interval
     field_intervals_ms: Mapping[str, int] = field(default_factory=dict)
+    config_map: tuple[str, str] | None = None  # -m: what it was read from (CountersSources)
 
 
 def _image_file(sources: CountersSources, path: Path,
@@ -86,6 +94,10 @@ def _counters(sources: CountersSources, config: ExporterConfig | None
     """The counters lines, the words for the log, and the counters files to watch. A source
     of counters is one more branch here, in its place in the precedence."""
     default = sources.image_dir / DEFAULT_COUNTERS_NAME
+    if sources.config_map is not None:  # -m replaces -f, as in dcgm-exporter
+        name, text = sources.config_map
+        return (parse_counters(text, f"ConfigMap {name} key metrics"),
+                f"the metrics key of ConfigMap {name} (-m)", ())
     if sources.collectors is not None:
         path, why, watch = _image_file(sources, sources.collectors, sources.collectors_origin)
     elif config is not None and config.metrics is not None:
@@ -112,6 +124,6 @@ def load_collection(sources: CountersSources) -> Collection:
     counters, origin, files = _counters(sources, config)
     watched = files if config_path is None else (config_path, *files)
     if config is None:
-        return Collection(counters, origin, watched)
+        return Collection(counters, origin, watched, config_map=sources.config_map)
     return Collection(counters, origin, watched, config.interval_ms,
-                      field_intervals(config.watch_groups, counters))
+                      field_intervals(config.watch_groups, counters), sources.config_map)

@@ -146,7 +146,16 @@ class SimulatedCluster:
 
     def configure(self, config: Config) -> Config:
         """Point the exporter at the fakes; at the simulated job mapping unless
-        --hpc-job-mapping-dir names one (to try a prolog's files by hand)."""
+        --hpc-job-mapping-dir names one (to try a prolog's files by hand). With -m, the fake
+        API serves that ConfigMap, its `metrics` the bundled counters, and the exporter watches
+        it there."""
+        if config.configmap is not None:
+            from ..fields.collection import default_counters_path
+            from .fake_api.objects import config_map_object
+
+            namespace, name = config.configmap
+            counters = default_counters_path().read_text(encoding="utf-8")
+            self.api.upsert_config_map(config_map_object(namespace, name, {"metrics": counters}))
         return dataclasses.replace(config, proc_root=self.proc_root,
                                    kubelet_log_root=self.log_root,
                                    hpc_job_mapping_dir=config.hpc_job_mapping_dir

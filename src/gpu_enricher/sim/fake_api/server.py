@@ -203,6 +203,8 @@ class FakeKubeApi:
         app = web.Application()
         app.router.add_get("/api/v1/pods", self._pods_handler)
         app.router.add_get("/api/v1/namespaces/{namespace}/configmaps", self._config_maps_handler)
+        app.router.add_get("/api/v1/namespaces/{namespace}/configmaps/{name}",
+                           self._config_map_handler)
         # kubernetes_asyncio asks for the group with a trailing slash; kubectl without.
         app.router.add_get(f"/apis/{API_GROUP}", self._group_handler)
         app.router.add_get(f"/apis/{API_GROUP}/", self._group_handler)
@@ -260,6 +262,15 @@ class FakeKubeApi:
     async def _config_maps_handler(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, self._record_request(request),
                                  View(self._config_maps, "ConfigMap", "v1", dict))
+
+    async def _config_map_handler(self, request: web.Request) -> web.StreamResponse:
+        self._record_request(request)
+        selector = Selector(name=request.match_info["name"],
+                            namespace=request.match_info["namespace"])
+        found = self._config_maps.selected(selector)
+        if not found:
+            return error_response(404, f'configmaps "{selector.name}" not found')
+        return json_response(200, found[0])
 
     async def _group_handler(self, request: web.Request) -> web.StreamResponse:
         self._record_request(request)
