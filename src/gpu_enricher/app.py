@@ -134,7 +134,9 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
                            keepalive_timeout=config.web_idle_timeout_ms / 1000)
     # Slow or silent clients and the connection count (issue 13, defect 10: slowloris).
     guard = ConnectionGuard(ConnectionLimits(config.web_read_header_timeout_ms / 1000,
-                                             config.web_max_connections))
+                                             config.web_max_connections,
+                                             config.web_read_timeout_seconds,
+                                             config.web_write_timeout_seconds))
     make_room_for(config.web_max_connections)
     try:
         await runner.setup()

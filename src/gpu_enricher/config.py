@@ -48,6 +48,8 @@ class Config:
     web_idle_timeout_ms: int = 120000  # keep-alive between requests
     web_max_connections: int = 1024  # more are refused at once
     drop_labels: frozenset[str] = frozenset()  # left off the DCGM and process series
+    web_read_timeout_seconds: float = 10.0  # a whole request is due (Go's ReadTimeout); 0: none
+    web_write_timeout_seconds: float = 30.0  # a response is taken (Go's WriteTimeout); 0: none
 
     @property
     def kube_api(self) -> bool:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from gpu_enricher.cli.dcgm_flags import DCGM_EXPORTER_FLAGS
+from gpu_enricher.cli.flags import NEEDS_HOST_ENGINE
 from gpu_enricher.cli.main import (
     EXIT_USAGE,
     UsageError,
@@ -268,12 +269,17 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     assert compat, out
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
-    # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13)
-    assert len(ignored) == 30
+    # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13),
+    # --web-read-timeout and --web-write-timeout (24)
+    assert len(ignored) == 28
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
+    compat, _, engine = compat.partition("flags that need a DCGM host engine")
     assert len(compat.strip().splitlines()) < 20
+    # Those that need a host engine, one each with the reason, under their own heading.
+    assert {f.long for f in ignored if f"--{f.long}:" in engine} == set(NEEDS_HOST_ENGINE)
+    assert "-r/--remote-hostengine-info: the nv-hostengine" in engine
     assert "-rbmn/--replace-blanks-in-model-name" in compat
     # Multi-letter single-dash names only where dcgm-exporter has them.
     singles = {t.split("/")[0].strip(",[") for t in out.split() if t.startswith("-")
@@ -299,8 +305,8 @@ def test_boolean_flags_take_an_optional_value_as_dcgm_exporter_does() -> None:
     assert config.kubernetes and config.hostname is not None
     config, _ = parse_config(["--kubernetes=false"], {})
     assert not config.kubernetes
-    _, warnings = parse_config(["--fake-gpus=false", "--enable-dcgm-log"], {})
-    assert len(warnings) == 1 and "--enable-dcgm-log" in warnings[0]
+    _, warnings = parse_config(["--fake-gpus=false", "--enable-pprof"], {})
+    assert len(warnings) == 1 and "--enable-pprof" in warnings[0]
 
 
 def test_dcgm_image_counters_path_falls_back_to_the_bundled_file(

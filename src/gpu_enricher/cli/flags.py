@@ -40,9 +40,11 @@ from .flag_values import (
     parse_names,
     parse_optional_path,
     parse_read_header_timeout,
+    parse_read_timeout,
     parse_regexes,
     parse_slow_interval,
     parse_window,
+    parse_write_timeout,
 )
 
 
@@ -161,6 +163,14 @@ OPTIONS: Final = (
            "close a keep-alive connection idle between requests for MS "
            f"(default {DEFAULT_IDLE_TIMEOUT_MS}: a 60 s scrape interval keeps its connection)",
            "MS"),
+    Option("web-read-timeout", None, parse_read_timeout,
+           "close a connection whose whole request (head and body) has not arrived this long "
+           "after connecting or after its request's first byte, as Go's ReadTimeout; 0: no "
+           "limit (default 10s)", "DURATION"),
+    Option("web-write-timeout", None, parse_write_timeout,
+           "close a connection whose response is still unsent this long after its request's "
+           "head arrived (a client not reading), as Go's WriteTimeout; 0: no limit "
+           "(default 30s)", "DURATION"),
     Option("web-max-connections", None, parse_max_connections,
            "refuse (close at once) a connection while N are open; the soft open-file limit "
            f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),
@@ -208,20 +218,55 @@ def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
     return "".join(f"; {token}: did you mean {close}?" for token, close in hints)
 
 
+# dcgm-exporter flags that configure DCGM itself (its host engine, its library, its entities):
+# gpu-enricher reads NVML in its own process, so with them nothing is missing, only nothing to
+# configure. Set, each logs one INFO line with its reason (cli/main.py).
+NEEDS_HOST_ENGINE: Final = {
+    "remote-hostengine-info": "the nv-hostengine to connect to (the GPU Operator's standalone "
+                              "DCGM); gpu-enricher reads NVML in its own process, no host "
+                              "engine in between",
+    "enable-dcgm-log": "the DCGM library's own log; there is no DCGM library here",
+    "dcgm-log-level": "the DCGM library's log level; there is no DCGM library here",
+    "watch-max-keep-age": "how long DCGM's field watches keep samples; gpu-enricher keeps none, "
+                          "it reads each value once per pass",
+    "watch-max-keep-samples": "how many samples DCGM's field watches keep; gpu-enricher keeps "
+                              "none, it reads each value once per pass",
+    "fake-gpus": "DCGM's injected fake GPUs; here --simulate is the fake node",
+    "cpu-devices": "chooses the Grace CPUs and cores to watch: DCGM entities (its sysmon "
+                   "module) that NVML does not have",
+    "switch-devices": "chooses the NVSwitches and links to watch: DCGM entities (its NVSwitch "
+                      "module) that NVML does not have",
+    "disable-startup-validate": "skips dcgm-exporter's check that libdcgm is installed and its "
+                                "exit when a DCGM collector cannot start; neither exists here",
+}
+
+
 def compat_flags() -> list[DcgmFlag]:
     return [f for f in DCGM_EXPORTER_FLAGS
             if f.long not in IMPLEMENTED_LONG and f.long not in ("help", "version")]
 
 
+def _names(flag: DcgmFlag) -> str:
+    return (f"-{flag.short}/" if flag.short else "") + f"--{flag.long}"
+
+
 def _compat_epilog(width: int) -> str:
-    """The dcgm-exporter flags we accept but do not implement, listed compactly: their own
-    descriptions would read as if they worked."""
-    flags = ", ".join((f"-{f.short}/" if f.short else "") + f"--{f.long}" for f in compat_flags())
+    """The dcgm-exporter flags we accept but do not implement, listed compactly (their own
+    descriptions would read as if they worked), then those that need a DCGM host engine, each
+    with why it changes nothing here."""
+    ignored = [f for f in compat_flags() if f.long not in NEEDS_HOST_ENGINE]
+    flags = ", ".join(_names(f) for f in ignored)
     wrap = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="  ",
                                 break_on_hyphens=False, break_long_words=False)
+    hanging = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="      ",
+                                   break_on_hyphens=False, break_long_words=False)
     intro = (f"Accepted so that dcgm-exporter manifests keep working, from the command line or "
              f"dcgm-exporter's environment variables; not implemented: one that is set logs a "
-             f"warning and changes nothing ({len(compat_flags())} flags):")
+             f"warning and changes nothing ({len(ignored)} flags):")
+    engine = [f for f in compat_flags() if f.long in NEEDS_HOST_ENGINE]
+    engine_intro = ("They configure DCGM itself; gpu-enricher reads the same values through "
+                    "NVML, with no host engine. One that is set logs one INFO line and changes "
+                    f"nothing ({len(engine)} flags):")
     environment = ("Every flag above also reads the environment when not given: "
                    "GPU_ENRICHER_<FLAG_NAME> first, then dcgm-exporter's variable (shown in "
                    "brackets); NODE_NAME sets the Hostname label. A bad value prints one line and "
@@ -232,6 +277,10 @@ def _compat_epilog(width: int) -> str:
         "dcgm-exporter compatibility (accepted, ignored):",
         wrap.fill(intro),
         wrap.fill(flags),
+        "",
+        "dcgm-exporter flags that need a DCGM host engine (accepted, nothing to change):",
+        wrap.fill(engine_intro),
+        *(hanging.fill(f"{_names(f)}: {NEEDS_HOST_ENGINE[f.long]}") for f in engine),
     ])
 
 

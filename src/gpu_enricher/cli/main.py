@@ -2,7 +2,8 @@
 
 Flag names follow dcgm-exporter so copied DaemonSet manifests keep working. Each flag reads,
 in order: the command line, `GPU_ENRICHER_<FLAG_NAME>`, dcgm-exporter's own variable(s).
-dcgm-exporter flags we do not implement yet are accepted and log one warning when set.
+dcgm-exporter flags we do not implement yet are accepted and log one warning when set; those
+that configure a DCGM host engine log one INFO line saying why nothing changes.
 The flags themselves and their parsing are in cli/flags.py.
 """
 
@@ -33,6 +34,8 @@ from .flag_values import (
     DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_HEADER_TIMEOUT_MS,
+    DEFAULT_READ_TIMEOUT_SECONDS,
+    DEFAULT_WRITE_TIMEOUT_SECONDS,
     FALSE_WORDS,
     TRUE_WORDS,
     ArgumentsError,
@@ -52,11 +55,20 @@ from .flag_values import (
     parse_names,
     parse_optional_path,
     parse_read_header_timeout,
+    parse_read_timeout,
     parse_regexes,
     parse_slow_interval,
     parse_window,
+    parse_write_timeout,
 )
-from .flags import SHORT_USAGE, build_parser, compat_flags, env_names, go_style_flags
+from .flags import (
+    NEEDS_HOST_ENGINE,
+    SHORT_USAGE,
+    build_parser,
+    compat_flags,
+    env_names,
+    go_style_flags,
+)
 
 log = logging.getLogger("gpu_enricher")
 
@@ -86,8 +98,13 @@ def _parsed(raw: str, origin: str, parse: Callable[[str], Any]) -> Any:
         raise UsageError(f"{origin}={raw}: {exc}") from None
 
 
+class Note(str):
+    """A line of parse_config's warnings that is logged at INFO: a setting that changes
+    nothing here for a good reason (a DCGM host engine's), not a problem to fix."""
+
+
 def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
-    warnings = []
+    warnings: list[str] = []
     for flag in compat_flags():
         raw, origin = _value(args, flag.long, env)
         if raw is None:
@@ -95,6 +112,13 @@ def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) ->
         if not flag.takes_value and not _parsed(raw, origin, parse_bool):
             continue
         if flag.takes_value and raw == flag.default:
+            continue
+        if flag.long in NEEDS_HOST_ENGINE:
+            # The GPU Operator's standalone DCGM renders DCGM_REMOTE_HOSTENGINE_INFO into the
+            # exporter's DaemonSet: expected, and nothing is lost, so not a warning.
+            warnings.append(Note(f"{origin}={raw!r} configures a DCGM host engine, which "
+                                 "gpu-enricher does not use: "
+                                 f"{NEEDS_HOST_ENGINE[flag.long]}; nothing changes"))
             continue
         warnings.append(f"{origin}={raw!r} is a dcgm-exporter option that gpu-enricher does not "
                         "implement yet; ignored")
@@ -170,6 +194,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         web_max_connections=get("web-max-connections", parse_max_connections,
                                 DEFAULT_MAX_CONNECTIONS),
         drop_labels=drop_labels,
+        web_read_timeout_seconds=get("web-read-timeout", parse_read_timeout,
+                                     DEFAULT_READ_TIMEOUT_SECONDS),
+        web_write_timeout_seconds=get("web-write-timeout", parse_write_timeout,
+                                      DEFAULT_WRITE_TIMEOUT_SECONDS),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:
@@ -247,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     setup_logging(config.log_format, config.debug)
     for warning in warnings:
-        log.warning("%s", warning)
+        log.log(logging.INFO if isinstance(warning, Note) else logging.WARNING, "%s", warning)
     try:
         config = dataclasses.replace(config, collectors=counters_path(config.collectors))
         counters = load_counters(config.collectors)

@@ -78,9 +78,9 @@ AUTH_FAILURE_REASONS = ("missing", "wrong", "busy")
 password; too many checks already waiting (websecurity.BasicAuth)."""
 
 
-TIMEOUT_PHASES = ("header",)
-"""Where a connection ran out of time (connguard): its request head. (A TLS handshake's timeout
-is the event loop's, which does not say.)"""
+TIMEOUT_PHASES = ("header", "read", "write")
+"""Where a connection ran out of time (connguard): its request head, its whole request, its
+response left unread. (A TLS handshake's timeout is the event loop's, which does not say.)"""
 
 
 def http_families(bad_requests: int, auth_failures: Mapping[str, int], *, connections: int,
@@ -93,8 +93,10 @@ def http_families(bad_requests: int, auth_failures: Mapping[str, int], *, connec
                     "Connections closed at once because --web-max-connections were open.",
                     [([], refused)]),
             _family(f"{P}http_timeouts", "counter",
-                    "Connections closed for taking too long (--web-read-header-timeout), by "
-                    "phase: header (no complete request head in time).",
+                    "Connections closed for taking too long, by phase: header (no complete "
+                    "request head in time, --web-read-header-timeout), read (no complete "
+                    "request, --web-read-timeout), write (a response not taken, "
+                    "--web-write-timeout).",
                     [([("phase", p)], n) for p, n in timeouts.items()]),
             _family(f"{P}http_bad_requests", "counter",
                     "Requests refused as malformed or over the request line, header or "

@@ -1,0 +1,123 @@
+"""dcgm-exporter's --web-read-timeout and --web-write-timeout (Go's ReadTimeout and
+WriteTimeout), against the real process on real sockets: a request sent too slowly, head or
+body, is cut at the read timeout; a response read too slowly at the write timeout; with the
+values dcgm-exporter's chart always renders, scrapes are unaffected and nothing is logged."""
+
+import asyncio
+import contextlib
+import socket
+import time
+
+from tests.app.test_process import Exporter
+from tests.app.test_process import exporters as exporters  # the fixture
+from tests.samples import value
+from tests.web.test_http_limits import (
+    SLOW_HEAD,
+    answer,
+    assert_quiet,
+    one_connection,
+    session_fetch,
+    start,
+    trickle,
+    until_closed,
+    wait_value,
+)
+
+TIMEOUT = 0.5  # seconds: the timeout under test, where a test sets one
+
+
+def assert_cut_at_the_timeout(took: float) -> None:
+    # 20 % early is timer slack; 2 s over is a loaded machine, never "open for good".
+    assert 0.8 * TIMEOUT <= took < TIMEOUT + 2.0, took
+
+
+async def slow_head(port: int) -> float:
+    """Trickles a head from connecting on (the header timeout is 10 s): seconds until closed."""
+    started = time.monotonic()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    sending = asyncio.create_task(trickle(writer, SLOW_HEAD))
+    try:
+        return await until_closed(reader, started)
+    finally:
+        sending.cancel()
+        writer.close()
+
+
+async def slow_body(port: int) -> float:
+    """A whole head at once, then its announced body a byte every 50 ms: seconds until closed,
+    from connecting. The GET is answered meanwhile; the body is still part of the request."""
+    started = time.monotonic()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /health HTTP/1.1\r\nHost: test\r\nContent-Length: 400\r\n\r\n")
+    sending = asyncio.create_task(trickle(writer, b"b" * 400))
+    try:
+        assert await answer(reader) == "ok\n"
+        return await until_closed(reader, started)
+    finally:
+        sending.cancel()
+        writer.close()
+
+
+async def test_a_request_sent_too_slowly_is_cut_at_the_read_timeout(
+        exporters: list[Exporter]) -> None:
+    exp = start(exporters, "--web-read-timeout", f"{TIMEOUT * 1000:g}ms")
+    for took in await asyncio.gather(slow_head(exp.port), slow_body(exp.port)):
+        assert_cut_at_the_timeout(took)
+    async with one_connection() as http:
+        body = await wait_value(session_fetch(http, exp.base + "/metrics"),
+                                "gpu_enricher_http_timeouts_total", 2, phase="read")
+    assert value(body, "gpu_enricher_http_timeouts_total", phase="header") == 0
+    assert value(body, "gpu_enricher_http_timeouts_total", phase="write") == 0
+    assert_quiet(exp)
+
+
+PIPELINED = 200  # /metrics answers of ~60 KB each: far more than the kernel's buffers hold
+
+
+async def test_a_response_read_too_slowly_is_cut_at_the_write_timeout(
+        exporters: list[Exporter]) -> None:
+    exp = start(exporters, "--web-write-timeout", f"{TIMEOUT:g}s")
+    async with one_connection() as http:
+        fetch = session_fetch(http, exp.base + "/metrics")
+        size = len((await fetch()).encode())
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window
+        sock.connect(("127.0.0.1", exp.port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
+        try:
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n" * PIPELINED)
+            await writer.drain()
+            sent = time.monotonic()
+            # Reading nothing, the client is cut: counted once the server gives up.
+            await wait_value(fetch, "gpu_enricher_http_timeouts_total", 1, phase="write")
+            assert_cut_at_the_timeout(time.monotonic() - sent)
+            received = 0
+            with contextlib.suppress(ConnectionError):
+                while chunk := await asyncio.wait_for(reader.read(1 << 20), 5.0):
+                    received += len(chunk)
+            assert received < PIPELINED * size / 2, (received, size)
+        finally:
+            writer.close()
+        # An ordinary scrape of the same size, read at once, is whole.
+        assert value(await fetch(), "gpu_enricher_http_timeouts_total", phase="read") == 0
+    assert_quiet(exp)
+
+
+CHART_ENV = {"DCGM_EXPORTER_WEB_READ_TIMEOUT": "10s", "DCGM_EXPORTER_WEB_WRITE_TIMEOUT": "30s"}
+"""What dcgm-exporter's chart 4.8.3 always renders into the DaemonSet."""
+
+
+async def test_with_the_charts_timeouts_scrapes_work_and_nothing_is_logged(
+        exporters: list[Exporter]) -> None:
+    exp = Exporter(["--simulate", "-c", "100"], CHART_ENV)
+    exporters.append(exp)
+    exp.wait_ready()
+    async with one_connection() as http:  # one keep-alive connection, as Prometheus scrapes
+        fetch = session_fetch(http, exp.base + "/metrics")
+        for _ in range(20):
+            body = await fetch()
+            assert value(body, "DCGM_FI_DEV_GPU_TEMP", gpu="0") is not None
+    for phase in ("header", "read", "write"):
+        assert value(body, "gpu_enricher_http_timeouts_total", phase=phase) == 0
+    # Before these flags were implemented, the chart's values logged a warning each.
+    assert_quiet(exp)
