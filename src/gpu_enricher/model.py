@@ -90,6 +90,9 @@ class NodeSnapshot:
     gpus: tuple[GpuSnapshot, ...]
     driver_version: str = ""
     errors: tuple[SampleError, ...] = field(default=())
+    rebound: frozenset[str] = frozenset()
+    """UUIDs of the GPUs whose series end because the GPUs bound to the driver changed (one
+    unbound, or renumbered by a bind or an unbind): gone on purpose, not lost."""
 
 
 @dataclass(frozen=True, slots=True)

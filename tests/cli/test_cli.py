@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gpu_enricher.cli.dcgm_flags import DCGM_EXPORTER_FLAGS
-from gpu_enricher.cli.flags import NEEDS_HOST_ENGINE
+from gpu_enricher.cli.flags import NEEDS_HOST_ENGINE, NOT_IMPLEMENTED, SERVED_OTHERWISE
 from gpu_enricher.cli.main import (
     EXIT_USAGE,
     UsageError,
@@ -276,7 +276,11 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
     compat, _, engine = compat.partition("flags that need a DCGM host engine")
-    assert len(compat.strip().splitlines()) < 20
+    ignored_part, _, otherwise = compat.partition("flags served another way")
+    assert len(ignored_part.strip().splitlines()) < 20
+    # Those served another way and those not implemented for good, each with its reason.
+    assert {f.long for f in ignored if f"--{f.long}:" in otherwise} == set(SERVED_OTHERWISE)
+    assert {f.long for f in ignored if f"--{f.long}:" in ignored_part} == set(NOT_IMPLEMENTED)
     # Those that need a host engine, one each with the reason, under their own heading.
     assert {f.long for f in ignored if f"--{f.long}:" in engine} == set(NEEDS_HOST_ENGINE)
     assert "-r/--remote-hostengine-info: the nv-hostengine" in engine

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_enricher.cli.dcgm_flags import DCGM_EXPORTER_FLAGS
 from gpu_enricher.cli.flag_values import parse_go_duration
-from gpu_enricher.cli.flags import NEEDS_HOST_ENGINE
+from gpu_enricher.cli.flags import NEEDS_HOST_ENGINE, NOT_IMPLEMENTED, SERVED_OTHERWISE
 from gpu_enricher.cli.main import Note, UsageError, parse_config
 from tests.app.test_process import Exporter, get
 from tests.app.test_process import exporters as exporters  # the fixture
@@ -31,9 +31,18 @@ def test_a_host_engine_flag_that_is_set_is_one_note_with_its_reason(long: str) -
     assert parse_config([], {flag.env[0]: flag.default})[1] == []
 
 
-def test_an_unimplemented_flag_still_warns() -> None:
+@pytest.mark.parametrize("long", sorted(SERVED_OTHERWISE))
+def test_a_flag_served_another_way_is_one_note_with_its_reason(long: str) -> None:
+    flag = next(f for f in DCGM_EXPORTER_FLAGS if f.long == long)
+    _, warnings = parse_config([], {flag.env[0]: "2s" if flag.takes_value else "true"})
+    assert len(warnings) == 1 and isinstance(warnings[0], Note), warnings
+    assert SERVED_OTHERWISE[long] in warnings[0]
+
+
+def test_an_unimplemented_flag_warns_with_its_reason() -> None:
     _, warnings = parse_config(["--enable-pprof"], {})
     assert len(warnings) == 1 and not isinstance(warnings[0], Note), warnings
+    assert NOT_IMPLEMENTED["enable-pprof"] in warnings[0]
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

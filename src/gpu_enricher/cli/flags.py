@@ -241,6 +241,29 @@ NEEDS_HOST_ENGINE: Final = {
 }
 
 
+# dcgm-exporter flags whose job gpu-enricher does another way, always: one INFO line when set.
+SERVED_OTHERWISE: Final = {
+    "enable-gpu-bind-unbind-watch": "always on here: every pass lists the nvidia driver's "
+                                    "sysfs directory (a few µs) and restarts NVML when a GPU "
+                                    "was bound or unbound (docs/flags.md)",
+    "gpu-bind-unbind-poll-interval": "binds and unbinds are looked for every pass "
+                                     "(-c/--collect-interval)",
+    "max-concurrent-scrapes": "a scrape hands out the bytes the last pass rendered, so "
+                              "overlapping scrapes always share one gathering and none waits on "
+                              "the GPUs; connections are bounded by --web-max-connections",
+}
+
+# dcgm-exporter flags gpu-enricher does not implement, and why: a warning when set.
+NOT_IMPLEMENTED: Final = {
+    "enable-pprof": "Go's profiler endpoints; gpu-enricher is Python (attach py-spy to the "
+                    "process instead)",
+    "container-labels": "container-runtime labels for hosts without Kubernetes (dcgm-exporter "
+                        "ignores them with --kubernetes); gpu-enricher names workloads through "
+                        "the kubelet (--kubernetes) or /proc (--process-metrics)",
+    "container-runtime-socket": "the container runtime that --container-labels asks",
+}
+
+
 def compat_flags() -> list[DcgmFlag]:
     return [f for f in DCGM_EXPORTER_FLAGS
             if f.long not in IMPLEMENTED_LONG and f.long not in ("help", "version")]
@@ -254,8 +277,9 @@ def _compat_epilog(width: int) -> str:
     """The dcgm-exporter flags we accept but do not implement, listed compactly (their own
     descriptions would read as if they worked), then those that need a DCGM host engine, each
     with why it changes nothing here."""
-    ignored = [f for f in compat_flags() if f.long not in NEEDS_HOST_ENGINE]
-    flags = ", ".join(_names(f) for f in ignored)
+    ignored = [f for f in compat_flags()
+               if f.long not in NEEDS_HOST_ENGINE and f.long not in SERVED_OTHERWISE]
+    flags = ", ".join(_names(f) for f in ignored if f.long not in NOT_IMPLEMENTED)
     wrap = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="  ",
                                 break_on_hyphens=False, break_long_words=False)
     hanging = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="      ",
@@ -263,6 +287,7 @@ def _compat_epilog(width: int) -> str:
     intro = (f"Accepted so that dcgm-exporter manifests keep working, from the command line or "
              f"dcgm-exporter's environment variables; not implemented: one that is set logs a "
              f"warning and changes nothing ({len(ignored)} flags):")
+    otherwise = [f for f in compat_flags() if f.long in SERVED_OTHERWISE]
     engine = [f for f in compat_flags() if f.long in NEEDS_HOST_ENGINE]
     engine_intro = ("They configure DCGM itself; gpu-enricher reads the same values through "
                     "NVML, with no host engine. One that is set logs one INFO line and changes "
@@ -277,6 +302,11 @@ def _compat_epilog(width: int) -> str:
         "dcgm-exporter compatibility (accepted, ignored):",
         wrap.fill(intro),
         wrap.fill(flags),
+        *(hanging.fill(f"{_names(f)}: {NOT_IMPLEMENTED[f.long]}") for f in ignored
+          if f.long in NOT_IMPLEMENTED),
+        "",
+        "dcgm-exporter flags served another way (accepted; one INFO line when set):",
+        *(hanging.fill(f"{_names(f)}: {SERVED_OTHERWISE[f.long]}") for f in otherwise),
         "",
         "dcgm-exporter flags that need a DCGM host engine (accepted, nothing to change):",
         wrap.fill(engine_intro),

@@ -63,6 +63,8 @@ from .flag_values import (
 )
 from .flags import (
     NEEDS_HOST_ENGINE,
+    NOT_IMPLEMENTED,
+    SERVED_OTHERWISE,
     SHORT_USAGE,
     build_parser,
     compat_flags,
@@ -119,9 +121,14 @@ def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) ->
             warnings.append(Note(f"{origin}={raw!r} configures a DCGM host engine, which "
                                  "gpu-enricher does not use: "
                                  f"{NEEDS_HOST_ENGINE[flag.long]}; nothing changes"))
-            continue
-        warnings.append(f"{origin}={raw!r} is a dcgm-exporter option that gpu-enricher does not "
-                        "implement yet; ignored")
+        elif flag.long in SERVED_OTHERWISE:
+            warnings.append(Note(f"{origin}={raw!r}: {SERVED_OTHERWISE[flag.long]}; nothing "
+                                 "changes"))
+        else:
+            why = (f" ({NOT_IMPLEMENTED[flag.long]})" if flag.long in NOT_IMPLEMENTED
+                   else " yet")
+            warnings.append(f"{origin}={raw!r} is a dcgm-exporter option that gpu-enricher "
+                            f"does not implement{why}; ignored")
     return warnings
 
 
