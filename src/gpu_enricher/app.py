@@ -18,8 +18,16 @@ from .collector.loop import Collector
 from .config import Config
 from .fields.counters import CounterLine
 from .reload import ConfigReloader
+from .web.activation import ActivationError, activated_sockets, socket_names
 from .web.connguard import ConnectionGuard, ConnectionLimits, GuardedSite, make_room_for
-from .web.server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
+from .web.server import (
+    COLLECTOR_KEY,
+    REQUIRE_GPUS_KEY,
+    bind_sockets,
+    build_app,
+    listen_address,
+    listen_error,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -142,8 +150,10 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
         await runner.setup()
         for sock in sockets:
             await GuardedSite(runner, sock, guard, ssl_context=ssl_context).start()
+        where = (f"systemd's sockets {socket_names(sockets)}" if config.web_systemd_socket
+                 else listen_address(config.host, config.port))
         log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)",
-                 listen_address(config.host, config.port), app[COLLECTOR_KEY].backend.name,
+                 where, app[COLLECTOR_KEY].backend.name,
                  config.collect_interval_ms, type(loop).__module__.split(".")[0])
         await stop.wait()
         log.info("shutting down")
@@ -171,7 +181,11 @@ def run(config: Config, counters: tuple[CounterLine, ...],
     if exit_process:  # until serving, where SIGHUP reloads: not killed by one meanwhile
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        sockets = bind_sockets(config.host, config.port)
+        sockets = (activated_sockets(os.environ) if config.web_systemd_socket
+                   else bind_sockets(config.host, config.port))
+    except ActivationError as exc:
+        log.error("%s", exc)
+        return 1
     except OSError as exc:
         log.error("%s", listen_error(exc, listen_address(config.host, config.port)))
         return 1
@@ -185,6 +199,7 @@ def run(config: Config, counters: tuple[CounterLine, ...],
         collector = make_collector(config, counters, backend, assignments,
                                    (lambda: cluster.api.url) if cluster else None)
         app = make_app(collector, cluster)
+        app[REQUIRE_GPUS_KEY] = config.health_require_gpus
         live = None
         if security is not None:  # --web-config-file: basic auth and headers; TLS below
             from .web.live_security import LiveWebSecurity

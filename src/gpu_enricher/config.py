@@ -50,6 +50,8 @@ class Config:
     drop_labels: frozenset[str] = frozenset()  # left off the DCGM and process series
     web_read_timeout_seconds: float = 10.0  # a whole request is due (Go's ReadTimeout); 0: none
     web_write_timeout_seconds: float = 30.0  # a response is taken (Go's WriteTimeout); 0: none
+    health_require_gpus: bool = False  # /health fails while the last pass found no GPU
+    web_systemd_socket: bool = False  # serve on systemd's sockets, not on host:port
 
     @property
     def kube_api(self) -> bool:

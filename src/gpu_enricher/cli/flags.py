@@ -171,6 +171,13 @@ OPTIONS: Final = (
            "close a connection whose response is still unsent this long after its request's "
            "head arrived (a client not reading), as Go's WriteTimeout; 0: no limit "
            "(default 30s)", "DURATION"),
+    Option("health-require-gpus", None, None,
+           "make /health answer 503 while the last pass found no GPU (or before the first): "
+           "a liveness probe then restarts an exporter that came up before the driver showed "
+           "its GPUs; off by default, so a node without GPUs passes"),
+    Option("web-systemd-socket", None, None,
+           "serve on the listening TCP sockets systemd passes (socket activation: LISTEN_FDS, "
+           "LISTEN_PID) instead of binding -a/--address"),
     Option("web-max-connections", None, parse_max_connections,
            "refuse (close at once) a connection while N are open; the soft open-file limit "
            f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),
@@ -248,6 +255,10 @@ SERVED_OTHERWISE: Final = {
                                     "was bound or unbound (docs/flags.md)",
     "gpu-bind-unbind-poll-interval": "binds and unbinds are looked for every pass "
                                      "(-c/--collect-interval)",
+    "enable-exporter-metrics": "always on here: every exposition carries process_* (CPU, "
+                               "memory, descriptors), python_info, python_gc_* and the HTTP "
+                               "server's gpu_enricher_http_* counts (docs/self-metrics.md); "
+                               "Go's runtime metrics have no Python counterpart",
     "max-concurrent-scrapes": "a scrape hands out the bytes the last pass rendered, so "
                               "overlapping scrapes always share one gathering and none waits on "
                               "the GPUs; connections are bounded by --web-max-connections",

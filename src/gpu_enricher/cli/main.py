@@ -205,6 +205,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
                                      DEFAULT_READ_TIMEOUT_SECONDS),
         web_write_timeout_seconds=get("web-write-timeout", parse_write_timeout,
                                       DEFAULT_WRITE_TIMEOUT_SECONDS),
+        health_require_gpus=switch("health-require-gpus"),
+        web_systemd_socket=switch("web-systemd-socket"),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

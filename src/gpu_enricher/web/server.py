@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COLLECTOR_KEY: Final = web.AppKey("collector", Collector)
+REQUIRE_GPUS_KEY: Final = web.AppKey("require_gpus", bool)
+"""--health-require-gpus: /health fails while the last pass found no GPU."""
 
 # Explicit request limits (a request over one is answered 400 and counted as a bad request).
 # Every endpoint is a GET with a short path and query, so these are far above any real request.
@@ -101,6 +103,12 @@ async def handle_health(request: web.Request) -> web.Response:
     if stalled > collector.stall_limit_seconds:
         return web.Response(status=503, text=f"a {collector.backend.name} call has been "
                             f"running for {stalled:.0f}s (hung driver?)\n")
+    if request.app.get(REQUIRE_GPUS_KEY, False) and not (collector.snapshot
+                                                         and collector.snapshot.gpus):
+        # dcgm-exporter's --health-require-gpus: a liveness probe restarts an exporter that
+        # came up while the driver showed no GPU.
+        found = "no pass yet" if collector.snapshot is None else "the last pass found none"
+        return web.Response(status=503, text=f"no GPU ({found}; --health-require-gpus)\n")
     return web.Response(text="ok\n")
 
 
