@@ -2,15 +2,19 @@
 imported only when asked for (grpc with `-k`, kubernetes_asyncio with the API), and the
 collector over them. app.py serves what this builds."""
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .attribution.podlabels import PodLabelPolicy
 from .backend import GpuBackend
+from .collector.dump import DumpSettings, PassDump
 from .collector.loop import Collector, CollectorOptions
 from .config import BUILTIN_SCENARIO, KUBELET_LIST_MAX_WAIT_SECONDS, Config
 from .fields.counters import CounterLine
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .attribution.podlogs import LogNameSource
@@ -84,7 +88,20 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
         processes=processes,
         slices=make_slice_source(config, api_url),
         xids=make_xid_source(config, backend),
+        dump=make_dump(config),
     )
+
+
+def make_dump(config: Config) -> PassDump | None:
+    """--dump-enabled: each pass's readings in files, as dcgm-exporter's debug dumps."""
+    if not config.dump_enabled:
+        return None
+    kept = (f"files older than {config.dump_retention_hours} h removed every hour"
+            if config.dump_retention_hours else "files kept for good")
+    log.info("writing each pass's readings to %s (--dump-enabled; %s)", config.dump_directory,
+             kept)
+    return PassDump(DumpSettings(config.dump_directory, config.dump_retention_hours,
+                                 config.dump_compression))
 
 
 def simulated_cluster(backend: GpuBackend, config: Config) -> "SimulatedCluster | None":

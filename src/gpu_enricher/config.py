@@ -52,6 +52,10 @@ class Config:
     web_write_timeout_seconds: float = 30.0  # a response is taken (Go's WriteTimeout); 0: none
     health_require_gpus: bool = False  # /health fails while the last pass found no GPU
     web_systemd_socket: bool = False  # serve on systemd's sockets, not on host:port
+    dump_enabled: bool = False  # each pass's readings written to files (debug dumps)
+    dump_directory: Path = Path("/tmp/dcgm-exporter-debug")  # dcgm-exporter's default
+    dump_retention_hours: int = 24  # older dump files removed hourly; 0: kept
+    dump_compression: bool = True  # .json.gz
 
     @property
     def kube_api(self) -> bool:

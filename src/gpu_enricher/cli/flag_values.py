@@ -191,3 +191,6 @@ DEFAULT_READ_TIMEOUT_SECONDS: Final = 10.0  # dcgm-exporter's default and its ch
 DEFAULT_WRITE_TIMEOUT_SECONDS: Final = 30.0
 parse_read_timeout = go_duration("read timeout")
 parse_write_timeout = go_duration("write timeout")
+
+parse_dump_retention = whole_number("dump retention", 0, unit="h")
+"""Hours dump files are kept, as dcgm-exporter's --dump-retention; 0: kept for good."""

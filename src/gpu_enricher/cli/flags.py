@@ -31,6 +31,7 @@ from .flag_values import (
     parse_cpu_budget,
     parse_driver_names,
     parse_drop_labels,
+    parse_dump_retention,
     parse_gpu_id_type,
     parse_hostname_label_name,
     parse_idle_timeout,
@@ -178,6 +179,16 @@ OPTIONS: Final = (
     Option("web-systemd-socket", None, None,
            "serve on the listening TCP sockets systemd passes (socket activation: LISTEN_FDS, "
            "LISTEN_PID) instead of binding -a/--address"),
+    Option("dump-enabled", None, None,
+           "write each pass's readings (every GPU's identity, values, MIG instances, processes) "
+           "to metrics-GPU-<time>-<id>.json and its devices to deviceinfo-GPU-…, as "
+           "dcgm-exporter's troubleshooting dumps (it writes them per scrape)"),
+    Option("dump-directory", None, Path, "where --dump-enabled writes (default "
+           "/tmp/dcgm-exporter-debug)", "PATH"),
+    Option("dump-retention", None, parse_dump_retention,
+           "hours dump files are kept: older ones are removed every hour; 0: kept (default 24)",
+           "HOURS"),
+    Option("dump-compression", None, None, "gzip the dump files (.json.gz; default true)"),
     Option("web-max-connections", None, parse_max_connections,
            "refuse (close at once) a connection while N are open; the soft open-file limit "
            f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),

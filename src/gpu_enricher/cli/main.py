@@ -46,6 +46,7 @@ from .flag_values import (
     parse_cpu_budget,
     parse_driver_names,
     parse_drop_labels,
+    parse_dump_retention,
     parse_gpu_id_type,
     parse_hostname_label_name,
     parse_idle_timeout,
@@ -207,6 +208,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
                                       DEFAULT_WRITE_TIMEOUT_SECONDS),
         health_require_gpus=switch("health-require-gpus"),
         web_systemd_socket=switch("web-systemd-socket"),
+        dump_enabled=switch("dump-enabled"),
+        dump_directory=get("dump-directory", Path, Path("/tmp/dcgm-exporter-debug")),
+        dump_retention_hours=get("dump-retention", parse_dump_retention, 24),
+        dump_compression=get("dump-compression", parse_bool, True),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

@@ -32,6 +32,7 @@ from ..model import (
 from ..sources import Source, SourceSet
 from ..worker import BlockingWorker
 from .cycle import CycleInputs, CycleOutputs, compose
+from .dump import PassDump
 from .news import Unmatched, report_gpu_changes
 from .options import CollectorOptions as CollectorOptions
 from .pacing import PassSchedule
@@ -57,6 +58,7 @@ class Collector:
         processes: Source[ProcessTable] | None = None,
         slices: Source[SliceDirectory] | None = None,
         xids: Source[XidSnapshot] | None = None,
+        dump: PassDump | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -66,6 +68,7 @@ class Collector:
         self.processes = processes
         self.slices = slices
         self.xids = xids
+        self.dump = dump  # --dump-enabled: each pass's readings written to files
         # Clock-event counts and health verdicts come from the passes themselves: always kept
         # (cheap, no I/O).
         self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
@@ -227,6 +230,8 @@ class Collector:
                     task.cancel()
         self.exposition = self._render()
         self.ready = True
+        if self.dump is not None:
+            self.dump.offer(self.snapshot)
 
     async def _sample(self, fields: frozenset[str], started: float) -> None:
         snapshot = await self._call(lambda: self.backend.sample(fields))
@@ -288,6 +293,8 @@ class Collector:
         finally:
             self.running = False
             await self._sources.close()
+            if self.dump is not None:
+                await self.dump.close()
             # A call still running (hung in the driver) would hold the close up behind it: it
             # is abandoned with its daemon thread (issue 13, defect 1).
             if self._worker.running_since is None:
