@@ -6,7 +6,10 @@ values dcgm-exporter's chart always renders, scrapes are unaffected and nothing 
 import asyncio
 import contextlib
 import socket
+import ssl
 import time
+
+import aiohttp
 
 from tests.app.test_process import Exporter
 from tests.app.test_process import exporters as exporters  # the fixture
@@ -22,6 +25,8 @@ from tests.web.test_http_limits import (
     until_closed,
     wait_value,
 )
+from tests.web.test_security import Pki, client_context, tls_config, write_web_config
+from tests.web.test_security import pki as pki  # the fixture
 
 TIMEOUT = 0.5  # seconds: the timeout under test, where a test sets one
 
@@ -71,19 +76,44 @@ async def test_a_request_sent_too_slowly_is_cut_at_the_read_timeout(
     assert_quiet(exp)
 
 
-PIPELINED = 200  # /metrics answers of ~60 KB each: far more than the kernel's buffers hold
+PIPELINED = 400  # /metrics answers of 40-60 KB each: several times what the kernel buffers
 
 
 async def test_a_response_read_too_slowly_is_cut_at_the_write_timeout(
         exporters: list[Exporter]) -> None:
     exp = start(exporters, "--web-write-timeout", f"{TIMEOUT:g}s")
+    await cut_at_the_write_timeout(exp, exp.base, None)
+
+
+async def test_a_tls_response_read_too_slowly_is_cut_at_the_write_timeout(
+        exporters: list[Exporter], pki: Pki) -> None:
+    """With TLS the unsent bytes wait in the TLS layer's buffer: the same cut."""
+    exp = Exporter(["--simulate", "-c", "100", "--web-write-timeout", f"{TIMEOUT:g}s",
+                    "--web-config-file", str(write_web_config(pki, tls_config(pki)))], {})
+    exporters.append(exp)
+    await cut_at_the_write_timeout(exp, f"https://127.0.0.1:{exp.port}", client_context(pki))
+
+
+async def cut_at_the_write_timeout(exp: Exporter, base: str,
+                                   context: ssl.SSLContext | None) -> None:
     async with one_connection() as http:
-        fetch = session_fetch(http, exp.base + "/metrics")
+        fetch = session_fetch(http, base + "/metrics", context)
+        deadline = time.monotonic() + 20
+        while True:  # ready (TLS: Exporter.wait_ready speaks plain HTTP)
+            assert exp.proc.poll() is None, exp.proc.communicate()
+            with contextlib.suppress(aiohttp.ClientConnectionError):
+                async with http.get(base + "/ready", ssl=context or True) as resp:
+                    if resp.status == 200:
+                        break
+            assert time.monotonic() < deadline, "never ready"
+            await asyncio.sleep(0.05)
         size = len((await fetch()).encode())
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window
         sock.connect(("127.0.0.1", exp.port))
-        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
+        reader, writer = await asyncio.open_connection(
+            sock=sock, limit=1 << 16, ssl=context,  # reads pause past 128 KiB buffered
+            server_hostname="127.0.0.1" if context else None)
         try:
             writer.write(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n" * PIPELINED)
             await writer.drain()
@@ -92,8 +122,8 @@ async def test_a_response_read_too_slowly_is_cut_at_the_write_timeout(
             await wait_value(fetch, "gpu_enricher_http_timeouts_total", 1, phase="write")
             assert_cut_at_the_timeout(time.monotonic() - sent)
             received = 0
-            with contextlib.suppress(ConnectionError):
-                while chunk := await asyncio.wait_for(reader.read(1 << 20), 5.0):
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                while chunk := await asyncio.wait_for(reader.read(1 << 16), 5.0):
                     received += len(chunk)
             assert received < PIPELINED * size / 2, (received, size)
         finally:
