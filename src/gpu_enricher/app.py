@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from .assembly import make_assignments, make_backend, make_collector, simulated_cluster
+from .assembly import (
+    make_assignments,
+    make_backend,
+    make_binding_watch,
+    make_collector,
+    simulated_cluster,
+)
 from .backend import GpuBackend
 from .collector.loop import Collector
 from .config import Config
@@ -200,6 +206,8 @@ def run(config: Config, counters: tuple[CounterLine, ...],
                                    (lambda: cluster.api.url) if cluster else None)
         app = make_app(collector, cluster)
         app[REQUIRE_GPUS_KEY] = config.health_require_gpus
+        if (binding_watch := make_binding_watch(config, collector)) is not None:
+            app.cleanup_ctx.append(_for_the_app_life("gpu-binding-watch", binding_watch))
         live = None
         if security is not None:  # --web-config-file: basic auth and headers; TLS below
             from .web.live_security import LiveWebSecurity

@@ -3,9 +3,9 @@ imported only when asked for (grpc with `-k`, kubernetes_asyncio with the API), 
 collector over them. app.py serves what this builds."""
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .attribution.podlabels import PodLabelPolicy
 from .backend import GpuBackend
@@ -90,6 +90,17 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
         xids=make_xid_source(config, backend),
         dump=make_dump(config),
     )
+
+
+def make_binding_watch(config: Config,
+                       collector: Collector) -> Callable[[], Coroutine[Any, Any, None]] | None:
+    """NVML's: between passes, a GPU bound or unbound asks for a pass at once."""
+    if collector.backend.name != "nvml":
+        return None
+    from .nvml.binding import NVIDIA_DRIVER_DIR, watch_bindings
+
+    return lambda: watch_bindings(NVIDIA_DRIVER_DIR, config.gpu_bind_unbind_poll_seconds,
+                                  collector.request_pass)
 
 
 def make_dump(config: Config) -> PassDump | None:

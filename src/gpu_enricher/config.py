@@ -56,6 +56,7 @@ class Config:
     dump_directory: Path = Path("/tmp/dcgm-exporter-debug")  # dcgm-exporter's default
     dump_retention_hours: int = 24  # older dump files removed hourly; 0: kept
     dump_compression: bool = True  # .json.gz
+    gpu_bind_unbind_poll_seconds: float = 1.0  # between passes, binds and unbinds looked for
 
     @property
     def kube_api(self) -> bool:

@@ -108,3 +108,11 @@ def test_the_operators_standalone_dcgm_is_one_info_line_and_changes_no_series(
     assert len(lines) == 1 and " INFO " in lines[0], err
     assert "nothing changes" in lines[0]
     assert " WARNING " not in err and " ERROR " not in err, err
+
+
+def test_the_bind_unbind_poll_interval_is_a_positive_go_duration() -> None:
+    assert parse_config([], {})[0].gpu_bind_unbind_poll_seconds == 1.0
+    env = {"DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL": "500ms"}
+    assert parse_config([], env)[0].gpu_bind_unbind_poll_seconds == 0.5
+    with pytest.raises(UsageError, match="poll interval 0s is not positive"):
+        parse_config(["--gpu-bind-unbind-poll-interval=0s"], {})

@@ -3,7 +3,10 @@ directory (a temporary one here) says so, NVML starts over, and the GPU's series
 vanish at the next pass, without a restart. The fake libnvidia-ml.so.1 enumerates its GPUs at
 each nvmlInit that takes its refcount from 0 (FAKE_NVML_GPU_COUNT), as NVML does."""
 
+import asyncio
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.fields.counters import parse_counters
 from gpu_enricher.nvml import backend as nvml_backend
 from gpu_enricher.nvml.backend import NvmlBackend
-from gpu_enricher.nvml.binding import BindingWatch, bound_devices
+from gpu_enricher.nvml.binding import BindingWatch, bound_devices, watch_bindings
 from tests.fake_nvml.build import FakeNvml
 from tests.samples import samples
 
@@ -81,3 +84,33 @@ async def test_a_gpu_bound_or_unbound_while_running_appears_or_vanishes(
     ended = [r.getMessage() for r in caplog.records if "its series end" in r.getMessage()]
     assert len(ended) == 1 and ended[0].startswith("GPU 2 (GPU-fa4e0002-"), ended
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name.startswith("gpu_"))
+
+
+async def test_between_passes_a_bind_starts_a_pass_at_once(
+        fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """--gpu-bind-unbind-poll-interval: with a 60 s collection interval, a GPU bound is
+    served within a poll or two, not at the next scheduled pass."""
+    for address in ADDRESSES[:2]:
+        (tmp_path / address).symlink_to(tmp_path)
+    monkeypatch.setenv("FAKE_NVML_GPU_COUNT", "2")
+    fake.reset()
+    collector = Collector(NvmlBackend(driver_dir=tmp_path), CollectorOptions(
+        interval_seconds=60, hostname=None, counters=parse_counters(CSV, "t.csv")))
+    running = asyncio.create_task(collector.run())
+    polling = asyncio.create_task(watch_bindings(tmp_path, 0.05, collector.request_pass))
+    try:
+        await until(lambda: collector.ready and gpus(collector) == {"0", "1"})
+        (tmp_path / ADDRESSES[2]).symlink_to(tmp_path)
+        monkeypatch.setenv("FAKE_NVML_GPU_COUNT", "3")
+        await until(lambda: gpus(collector) == {"0", "1", "2"})
+    finally:
+        for task in (polling, running):
+            task.cancel()
+        await asyncio.gather(polling, running, return_exceptions=True)
+
+
+async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        await asyncio.sleep(0.02)

@@ -174,14 +174,15 @@ def parse_go_duration(text: str) -> float:
     return sign * sum(float(number) * _GO_UNITS[unit] for number, unit in terms)
 
 
-def go_duration(what: str) -> Callable[[str], float]:
+def go_duration(what: str, zero: bool = True) -> Callable[[str], float]:
     """A parser of a Go duration in seconds, from 0 (which, as in Go's net/http, means no
-    limit) up; `what` names the flag's meaning in its errors."""
+    limit) up, or above 0 when not `zero`; `what` names the flag's meaning in its errors."""
 
     def parse(text: str) -> float:
         seconds = parse_go_duration(text)
-        if seconds < 0:
-            raise UsageError(f"{what} {text.strip()} is negative")
+        if seconds < 0 or (seconds == 0 and not zero):
+            raise UsageError(f"{what} {text.strip()} is "
+                             f"{'negative' if seconds < 0 else 'not positive'}")
         return seconds
 
     return parse
@@ -194,3 +195,5 @@ parse_write_timeout = go_duration("write timeout")
 
 parse_dump_retention = whole_number("dump retention", 0, unit="h")
 """Hours dump files are kept, as dcgm-exporter's --dump-retention; 0: kept for good."""
+parse_poll_interval = go_duration("poll interval", zero=False)
+"""--gpu-bind-unbind-poll-interval (Go's ticker refuses 0, as dcgm-exporter would panic)."""

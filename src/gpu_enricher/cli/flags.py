@@ -40,6 +40,7 @@ from .flag_values import (
     parse_max_connections,
     parse_names,
     parse_optional_path,
+    parse_poll_interval,
     parse_read_header_timeout,
     parse_read_timeout,
     parse_regexes,
@@ -189,6 +190,10 @@ OPTIONS: Final = (
            "hours dump files are kept: older ones are removed every hour; 0: kept (default 24)",
            "HOURS"),
     Option("dump-compression", None, None, "gzip the dump files (.json.gz; default true)"),
+    Option("gpu-bind-unbind-poll-interval", None, parse_poll_interval,
+           "how often the nvidia driver's sysfs directory is listed between passes: a GPU "
+           "bound or unbound there starts a pass at once, which restarts NVML so the GPU "
+           "appears, or its unbind can finish (default 1s)", "DURATION"),
     Option("web-max-connections", None, parse_max_connections,
            "refuse (close at once) a connection while N are open; the soft open-file limit "
            f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),
@@ -261,11 +266,10 @@ NEEDS_HOST_ENGINE: Final = {
 
 # dcgm-exporter flags whose job gpu-enricher does another way, always: one INFO line when set.
 SERVED_OTHERWISE: Final = {
-    "enable-gpu-bind-unbind-watch": "always on here: every pass lists the nvidia driver's "
-                                    "sysfs directory (a few µs) and restarts NVML when a GPU "
-                                    "was bound or unbound (docs/flags.md)",
-    "gpu-bind-unbind-poll-interval": "binds and unbinds are looked for every pass "
-                                     "(-c/--collect-interval)",
+    "enable-gpu-bind-unbind-watch": "always on here: the nvidia driver's sysfs directory is "
+                                    "listed (a few µs) every --gpu-bind-unbind-poll-interval "
+                                    "and every pass, and NVML restarts when a GPU was bound or "
+                                    "unbound (docs/flags.md)",
     "enable-exporter-metrics": "always on here: every exposition carries process_* (CPU, "
                                "memory, descriptors), python_info, python_gc_* and the HTTP "
                                "server's gpu_enricher_http_* counts (docs/self-metrics.md); "

@@ -55,6 +55,7 @@ from .flag_values import (
     parse_max_connections,
     parse_names,
     parse_optional_path,
+    parse_poll_interval,
     parse_read_header_timeout,
     parse_read_timeout,
     parse_regexes,
@@ -212,6 +213,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         dump_directory=get("dump-directory", Path, Path("/tmp/dcgm-exporter-debug")),
         dump_retention_hours=get("dump-retention", parse_dump_retention, 24),
         dump_compression=get("dump-compression", parse_bool, True),
+        gpu_bind_unbind_poll_seconds=get("gpu-bind-unbind-poll-interval", parse_poll_interval,
+                                         1.0),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

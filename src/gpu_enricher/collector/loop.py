@@ -196,6 +196,10 @@ class Collector:
             break
         self._planner.refresh(self.backend)
 
+    def request_pass(self) -> None:
+        """A pass at once (a GPU bound or unbound: nvml/binding.py); the rate goes on from it."""
+        self._schedule.now()
+
     def use_counters(self, counters: tuple[CounterLine, ...]) -> None:
         """A reloaded counters file (reload.py): planned by a pass that runs at once."""
         self._planner.replace(counters)

@@ -10,11 +10,17 @@ unbind can finish), wait for the driver's remove to see it, and initialise NVML 
 GPU is enumerated, an unbound one is gone). dcgm-exporter does the same with DCGM's bind/unbind
 field: it shuts DCGM down and builds everything again.
 
-The fetch half is `bound_devices` (one `listdir`); `BindingWatch` is the pure comparison.
+Each pass looks (the backend restarts NVML before reading), and between passes
+`watch_bindings` looks every --gpu-bind-unbind-poll-interval (1 s, as dcgm-exporter polls) and
+asks for a pass at once on a change, so an unbind waits about that long, not a whole collection
+interval. The fetch half is `bound_devices` (one `listdir`); `BindingWatch` is the pure
+comparison.
 """
 
+import asyncio
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -51,3 +57,15 @@ class BindingWatch:
         if before is None or bound is None:
             return frozenset(), frozenset()
         return bound - before, before - bound
+
+
+async def watch_bindings(driver_dir: Path, interval_seconds: float,
+                         on_change: Callable[[], None]) -> None:
+    """Every `interval_seconds`, one listing (a few µs, on the event loop); `on_change` (a pass
+    at once) when the bound set moved. Runs until cancelled."""
+    watch = BindingWatch()
+    while True:
+        bound, unbound = watch.change(bound_devices(driver_dir))
+        if bound or unbound:
+            on_change()
+        await asyncio.sleep(interval_seconds)
