@@ -31,6 +31,7 @@ from .web.server import (
     REQUIRE_GPUS_KEY,
     bind_sockets,
     build_app,
+    count_requests,
     listen_address,
     listen_error,
 )
@@ -206,6 +207,8 @@ def run(config: Config, counters: tuple[CounterLine, ...],
                                    (lambda: cluster.api.url) if cluster else None)
         app = make_app(collector, cluster)
         app[REQUIRE_GPUS_KEY] = config.health_require_gpus
+        if config.exporter_metrics:
+            count_requests(app)
         if (binding_watch := make_binding_watch(config, collector)) is not None:
             app.cleanup_ctx.append(_for_the_app_life("gpu-binding-watch", binding_watch))
         live = None

@@ -57,6 +57,7 @@ class Config:
     dump_retention_hours: int = 24  # older dump files removed hourly; 0: kept
     dump_compression: bool = True  # .json.gz
     gpu_bind_unbind_poll_seconds: float = 1.0  # between passes, binds and unbinds looked for
+    exporter_metrics: bool = False  # HTTP requests counted by handler and code
 
     @property
     def kube_api(self) -> bool:

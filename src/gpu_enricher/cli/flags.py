@@ -194,6 +194,10 @@ OPTIONS: Final = (
            "how often the nvidia driver's sysfs directory is listed between passes: a GPU "
            "bound or unbound there starts a pass at once, which restarts NVML so the GPU "
            "appears, or its unbind can finish (default 1s)", "DURATION"),
+    Option("enable-exporter-metrics", None, None,
+           "also count HTTP requests by handler and status code "
+           "(gpu_enricher_http_requests_total); the process's own metrics (process_*, "
+           "python_*) and the HTTP server's connection counts are always there"),
     Option("web-max-connections", None, parse_max_connections,
            "refuse (close at once) a connection while N are open; the soft open-file limit "
            f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),
@@ -270,10 +274,6 @@ SERVED_OTHERWISE: Final = {
                                     "listed (a few µs) every --gpu-bind-unbind-poll-interval "
                                     "and every pass, and NVML restarts when a GPU was bound or "
                                     "unbound (docs/flags.md)",
-    "enable-exporter-metrics": "always on here: every exposition carries process_* (CPU, "
-                               "memory, descriptors), python_info, python_gc_* and the HTTP "
-                               "server's gpu_enricher_http_* counts (docs/self-metrics.md); "
-                               "Go's runtime metrics have no Python counterpart",
     "max-concurrent-scrapes": "a scrape hands out the bytes the last pass rendered, so "
                               "overlapping scrapes always share one gathering and none waits on "
                               "the GPUs; connections are bounded by --web-max-connections",

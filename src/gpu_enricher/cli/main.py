@@ -215,6 +215,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         dump_compression=get("dump-compression", parse_bool, True),
         gpu_bind_unbind_poll_seconds=get("gpu-bind-unbind-poll-interval", parse_poll_interval,
                                          1.0),
+        exporter_metrics=switch("enable-exporter-metrics"),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

@@ -169,6 +169,18 @@ def build_app(collector: Collector) -> web.Application:
     return app
 
 
+def count_requests(app: web.Application) -> None:
+    """--enable-exporter-metrics (dcgm-exporter's HTTP handler metrics): every answer counted
+    by its route and status code, as it is sent; a path with no route counts as `other`, so
+    a client cannot add series."""
+
+    async def count(request: web.Request, response: web.StreamResponse) -> None:
+        resource = request.match_info.route.resource
+        HTTP.requests[resource.canonical if resource else "other", str(response.status)] += 1
+
+    app.on_response_prepare.append(count)
+
+
 def _basic_auth(live: "LiveWebSecurity") -> Middleware:
     @web.middleware
     async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
