@@ -276,15 +276,16 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
-    compat, _, engine = compat.partition("flags that need a DCGM host engine")
-    ignored_part, _, otherwise = compat.partition("flags served another way")
-    assert len(ignored_part.strip().splitlines()) < 20
-    # Those served another way and those not implemented for good, each with its reason.
+    ignored_part, _, rest = compat.partition("flags served another way")
+    otherwise, _, missing = rest.partition("flags not implemented")
+    # Under "accepted, ignored": those that need a DCGM host engine, one a line with its
+    # reason, then those not implemented yet, compactly.
+    assert {f.long for f in ignored if f"--{f.long}:" in ignored_part} == set(NEEDS_HOST_ENGINE)
+    assert "-r/--remote-hostengine-info: the nv-hostengine" in ignored_part
+    assert len(ignored_part.strip().splitlines()) < 30
+    # Then those served another way and those not implemented for good, with their reasons.
     assert {f.long for f in ignored if f"--{f.long}:" in otherwise} == set(SERVED_OTHERWISE)
-    assert {f.long for f in ignored if f"--{f.long}:" in ignored_part} == set(NOT_IMPLEMENTED)
-    # Those that need a host engine, one each with the reason, under their own heading.
-    assert {f.long for f in ignored if f"--{f.long}:" in engine} == set(NEEDS_HOST_ENGINE)
-    assert "-r/--remote-hostengine-info: the nv-hostengine" in engine
+    assert {f.long for f in ignored if f"--{f.long}:" in missing} == set(NOT_IMPLEMENTED)
     assert "-rbmn/--replace-blanks-in-model-name" in compat
     # Multi-letter single-dash names only where dcgm-exporter has them.
     singles = {t.split("/")[0].strip(",[") for t in out.split() if t.startswith("-")

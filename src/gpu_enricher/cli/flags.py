@@ -300,43 +300,46 @@ def _names(flag: DcgmFlag) -> str:
 
 
 def _compat_epilog(width: int) -> str:
-    """The dcgm-exporter flags we accept but do not implement, listed compactly (their own
-    descriptions would read as if they worked), then those that need a DCGM host engine, each
-    with why it changes nothing here."""
-    ignored = [f for f in compat_flags()
-               if f.long not in NEEDS_HOST_ENGINE and f.long not in SERVED_OTHERWISE]
-    flags = ", ".join(_names(f) for f in ignored if f.long not in NOT_IMPLEMENTED)
+    """dcgm-exporter's flags that gpu-enricher accepts and does not implement, each with its
+    reason: those that need a DCGM host engine; those not implemented yet, listed compactly
+    (their own descriptions would read as if they worked); those served another way; those
+    not implemented for good."""
     wrap = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="  ",
                                 break_on_hyphens=False, break_long_words=False)
     hanging = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="      ",
                                    break_on_hyphens=False, break_long_words=False)
-    intro = (f"Accepted so that dcgm-exporter manifests keep working, from the command line or "
-             f"dcgm-exporter's environment variables; not implemented: one that is set logs a "
-             f"warning and changes nothing ({len(ignored)} flags):")
-    otherwise = [f for f in compat_flags() if f.long in SERVED_OTHERWISE]
-    engine = [f for f in compat_flags() if f.long in NEEDS_HOST_ENGINE]
-    engine_intro = ("They configure DCGM itself; gpu-enricher reads the same values through "
-                    "NVML, with no host engine. One that is set logs one INFO line and changes "
-                    f"nothing ({len(engine)} flags):")
+
+    def reasons(why: dict[str, str]) -> list[str]:
+        return [hanging.fill(f"{_names(f)}: {why[f.long]}") for f in compat_flags()
+                if f.long in why]
+
+    pending = [f for f in compat_flags() if f.long not in NEEDS_HOST_ENGINE
+               and f.long not in SERVED_OTHERWISE and f.long not in NOT_IMPLEMENTED]
+    engine = ("Accepted so that dcgm-exporter manifests keep working, from the command line or "
+              "dcgm-exporter's environment variables. These configure DCGM itself (its host "
+              "engine, library or entities); gpu-enricher reads NVML in its own process, so one "
+              "that is set logs one INFO line and changes nothing "
+              f"({len(NEEDS_HOST_ENGINE)} flags):")
     environment = ("Every flag above also reads the environment when not given: "
                    "GPU_ENRICHER_<FLAG_NAME> first, then dcgm-exporter's variable (shown in "
                    "brackets); NODE_NAME sets the Hostname label. A bad value prints one line and "
                    "exits with status 2.")
+    not_yet = ([wrap.fill(f"Not implemented yet: one that is set logs a warning and changes "
+                          f"nothing ({len(pending)} flags):"),
+                wrap.fill(", ".join(_names(f) for f in pending))] if pending else [])
     return "\n".join([
         *textwrap.wrap(environment, width),
         "",
         "dcgm-exporter compatibility (accepted, ignored):",
-        wrap.fill(intro),
-        wrap.fill(flags),
-        *(hanging.fill(f"{_names(f)}: {NOT_IMPLEMENTED[f.long]}") for f in ignored
-          if f.long in NOT_IMPLEMENTED),
+        wrap.fill(engine),
+        *reasons(NEEDS_HOST_ENGINE),
+        *not_yet,
         "",
         "dcgm-exporter flags served another way (accepted; one INFO line when set):",
-        *(hanging.fill(f"{_names(f)}: {SERVED_OTHERWISE[f.long]}") for f in otherwise),
+        *reasons(SERVED_OTHERWISE),
         "",
-        "dcgm-exporter flags that need a DCGM host engine (accepted, nothing to change):",
-        wrap.fill(engine_intro),
-        *(hanging.fill(f"{_names(f)}: {NEEDS_HOST_ENGINE[f.long]}") for f in engine),
+        "dcgm-exporter flags not implemented (accepted; a warning when set):",
+        *reasons(NOT_IMPLEMENTED),
     ])
 
 
