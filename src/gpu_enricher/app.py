@@ -29,6 +29,8 @@ from .web.connguard import ConnectionGuard, ConnectionLimits, GuardedSite, make_
 from .web.server import (
     COLLECTOR_KEY,
     REQUIRE_GPUS_KEY,
+    SCRAPE_LIMIT_KEY,
+    ScrapeLimit,
     bind_sockets,
     build_app,
     count_requests,
@@ -207,6 +209,7 @@ def run(config: Config, counters: tuple[CounterLine, ...],
                                    (lambda: cluster.api.url) if cluster else None)
         app = make_app(collector, cluster)
         app[REQUIRE_GPUS_KEY] = config.health_require_gpus
+        app[SCRAPE_LIMIT_KEY] = ScrapeLimit(config.max_concurrent_scrapes)
         if config.exporter_metrics:
             count_requests(app)
         if (binding_watch := make_binding_watch(config, collector)) is not None:

@@ -58,6 +58,7 @@ class Config:
     dump_compression: bool = True  # .json.gz
     gpu_bind_unbind_poll_seconds: float = 1.0  # between passes, binds and unbinds looked for
     exporter_metrics: bool = False  # HTTP requests counted by handler and code
+    max_concurrent_scrapes: int = 16  # /metrics answers in flight; more get 503
 
     @property
     def kube_api(self) -> bool:

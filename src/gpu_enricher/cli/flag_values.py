@@ -197,3 +197,5 @@ parse_dump_retention = whole_number("dump retention", 0, unit="h")
 """Hours dump files are kept, as dcgm-exporter's --dump-retention; 0: kept for good."""
 parse_poll_interval = go_duration("poll interval", zero=False)
 """--gpu-bind-unbind-poll-interval (Go's ticker refuses 0, as dcgm-exporter would panic)."""
+parse_max_scrapes = whole_number("scrape limit", 1, unit="")
+DEFAULT_MAX_CONCURRENT_SCRAPES: Final = 16  # dcgm-exporter's

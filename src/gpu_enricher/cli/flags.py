@@ -38,6 +38,7 @@ from .flag_values import (
     parse_interval,
     parse_log_format,
     parse_max_connections,
+    parse_max_scrapes,
     parse_names,
     parse_optional_path,
     parse_poll_interval,
@@ -198,6 +199,9 @@ OPTIONS: Final = (
            "also count HTTP requests by handler and status code "
            "(gpu_enricher_http_requests_total); the process's own metrics (process_*, "
            "python_*) and the HTTP server's connection counts are always there"),
+    Option("max-concurrent-scrapes", None, parse_max_scrapes,
+           "answer /metrics 503 while N answers are still being sent (clients slow to take "
+           "them); every scrape shares the bytes the last pass rendered (default 16)", "N"),
     Option("web-max-connections", None, parse_max_connections,
            "refuse (close at once) a connection while N are open; the soft open-file limit "
            f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),
@@ -274,9 +278,6 @@ SERVED_OTHERWISE: Final = {
                                     "listed (a few µs) every --gpu-bind-unbind-poll-interval "
                                     "and every pass, and NVML restarts when a GPU was bound or "
                                     "unbound (docs/flags.md)",
-    "max-concurrent-scrapes": "a scrape hands out the bytes the last pass rendered, so "
-                              "overlapping scrapes always share one gathering and none waits on "
-                              "the GPUs; connections are bounded by --web-max-connections",
 }
 
 # dcgm-exporter flags gpu-enricher does not implement, and why: a warning when set.

@@ -32,6 +32,7 @@ from .flag_values import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT,
+    DEFAULT_MAX_CONCURRENT_SCRAPES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_HEADER_TIMEOUT_MS,
     DEFAULT_READ_TIMEOUT_SECONDS,
@@ -53,6 +54,7 @@ from .flag_values import (
     parse_interval,
     parse_log_format,
     parse_max_connections,
+    parse_max_scrapes,
     parse_names,
     parse_optional_path,
     parse_poll_interval,
@@ -216,6 +218,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         gpu_bind_unbind_poll_seconds=get("gpu-bind-unbind-poll-interval", parse_poll_interval,
                                          1.0),
         exporter_metrics=switch("enable-exporter-metrics"),
+        max_concurrent_scrapes=get("max-concurrent-scrapes", parse_max_scrapes,
+                                   DEFAULT_MAX_CONCURRENT_SCRAPES),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:
