@@ -20,6 +20,7 @@ from tests.web.test_http_limits import (
     assert_quiet,
     one_connection,
     session_fetch,
+    stalled_handshake,
     start,
     trickle,
     until_closed,
@@ -94,19 +95,37 @@ async def test_a_tls_response_read_too_slowly_is_cut_at_the_write_timeout(
     await cut_at_the_write_timeout(exp, f"https://127.0.0.1:{exp.port}", client_context(pki))
 
 
+async def ready(http: aiohttp.ClientSession, exp: Exporter, base: str,
+                context: ssl.SSLContext | None) -> None:
+    """Until /ready answers 200 (with TLS: Exporter.wait_ready speaks plain HTTP)."""
+    deadline = time.monotonic() + 20
+    while True:
+        assert exp.proc.poll() is None, exp.proc.communicate()
+        with contextlib.suppress(aiohttp.ClientConnectionError):
+            async with http.get(base + "/ready", ssl=context or True) as resp:
+                if resp.status == 200:
+                    return
+        assert time.monotonic() < deadline, "never ready"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_tls_handshake_gets_the_least_timeout_set(
+        exporters: list[Exporter], pki: Pki) -> None:
+    """As Go's tlsHandshakeTimeout: a read timeout below the header timeout bounds it."""
+    exp = Exporter(["--simulate", "-c", "100", "--web-read-timeout", f"{TIMEOUT:g}s",
+                    "--web-config-file", str(write_web_config(pki, tls_config(pki)))], {})
+    exporters.append(exp)
+    async with one_connection() as http:
+        await ready(http, exp, f"https://127.0.0.1:{exp.port}", client_context(pki))
+    assert_cut_at_the_timeout(await stalled_handshake(exp.port))
+    assert_quiet(exp)
+
+
 async def cut_at_the_write_timeout(exp: Exporter, base: str,
                                    context: ssl.SSLContext | None) -> None:
     async with one_connection() as http:
         fetch = session_fetch(http, base + "/metrics", context)
-        deadline = time.monotonic() + 20
-        while True:  # ready (TLS: Exporter.wait_ready speaks plain HTTP)
-            assert exp.proc.poll() is None, exp.proc.communicate()
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with http.get(base + "/ready", ssl=context or True) as resp:
-                    if resp.status == 200:
-                        break
-            assert time.monotonic() < deadline, "never ready"
-            await asyncio.sleep(0.05)
+        await ready(http, exp, base, context)
         size = len((await fetch()).encode())
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window

@@ -8,9 +8,10 @@ asyncio protocol in front of aiohttp's own, which only sees the bytes go by:
 - the request head: a connection must deliver a complete head (through its blank line) within
   the header timeout of connecting and of the first byte of each later request, else it is
   aborted and counted (`phase="header"`);
-- TLS: the loop's handshake gets the same time (`ssl_handshake_timeout`), then the head its
-  own. Neither asyncio nor uvloop tells the application of a handshake that failed or timed
-  out, so those are not counted, and a TLS connection counts against the limit from its
+- TLS: the loop's handshake gets the same time, or less where the read or write timeout is
+  shorter (`ssl_handshake_timeout`, Go's tlsHandshakeTimeout), then the head its own. Neither
+  asyncio nor uvloop tells the application of a handshake that failed or timed out, so those
+  are not counted, and a TLS connection counts against the limit from its
   handshake's end. (Running the handshake here, `loop.start_tls` from `connection_made`, would
   count them, but uvloop resumes reading as `connection_made` returns: the client's hello would
   reach this protocol before `start_tls` could take over.)
@@ -92,6 +93,12 @@ class ConnectionLimits:
     max_connections: int
     read_timeout_seconds: float = 0.0  # 0: none, as Go's ReadTimeout
     write_timeout_seconds: float = 0.0  # 0: none, as Go's WriteTimeout
+
+    @property
+    def handshake_seconds(self) -> float:
+        """A TLS handshake's bound: the least timeout set, as Go's tlsHandshakeTimeout."""
+        return min(t for t in (self.header_timeout_seconds, self.read_timeout_seconds,
+                               self.write_timeout_seconds) if t > 0)
 
 
 class ConnectionGuard:
@@ -300,4 +307,4 @@ class GuardedSite(web.BaseSite):
         guard, tls = self._guard, self._ssl_context
         self._server = await asyncio.get_running_loop().create_server(
             lambda: _Connection(guard, server), sock=self._sock, backlog=self._backlog,
-            ssl=tls, ssl_handshake_timeout=guard.limits.header_timeout_seconds if tls else None)
+            ssl=tls, ssl_handshake_timeout=guard.limits.handshake_seconds if tls else None)
