@@ -16,6 +16,7 @@ from .assembly import (
     counters_sources,
     make_assignments,
     make_backend,
+    make_binding_watch,
     make_collector,
     make_config_map_source,
     simulated_cluster,
@@ -25,8 +26,19 @@ from .collector.loop import Collector
 from .config import Config
 from .fields.collection import Collection
 from .reload import ConfigReloader
+from .web.activation import ActivationError, activated_sockets, socket_names
 from .web.connguard import ConnectionGuard, ConnectionLimits, GuardedSite, make_room_for
-from .web.server import COLLECTOR_KEY, bind_sockets, build_app, listen_address, listen_error
+from .web.server import (
+    COLLECTOR_KEY,
+    REQUIRE_GPUS_KEY,
+    SCRAPE_LIMIT_KEY,
+    ScrapeLimit,
+    bind_sockets,
+    build_app,
+    count_requests,
+    listen_address,
+    listen_error,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -141,14 +153,18 @@ async def serve(app: web.Application, config: Config, sockets: list[socket.socke
                            keepalive_timeout=config.web_idle_timeout_ms / 1000)
     # Slow or silent clients and the connection count (issue 13, defect 10: slowloris).
     guard = ConnectionGuard(ConnectionLimits(config.web_read_header_timeout_ms / 1000,
-                                             config.web_max_connections))
+                                             config.web_max_connections,
+                                             config.web_read_timeout_seconds,
+                                             config.web_write_timeout_seconds))
     make_room_for(config.web_max_connections)
     try:
         await runner.setup()
         for sock in sockets:
             await GuardedSite(runner, sock, guard, ssl_context=ssl_context).start()
+        where = (f"systemd's sockets {socket_names(sockets)}" if config.web_systemd_socket
+                 else listen_address(config.host, config.port))
         log.info("serving /metrics on %s (backend %s, every %d ms, %s event loop)",
-                 listen_address(config.host, config.port), app[COLLECTOR_KEY].backend.name,
+                 where, app[COLLECTOR_KEY].backend.name,
                  config.collect_interval_ms, type(loop).__module__.split(".")[0])
         await stop.wait()
         log.info("shutting down")
@@ -176,7 +192,11 @@ def run(config: Config, collection: Collection,
     if exit_process:  # until serving, where SIGHUP reloads: not killed by one meanwhile
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        sockets = bind_sockets(config.host, config.port)
+        sockets = (activated_sockets(os.environ) if config.web_systemd_socket
+                   else bind_sockets(config.host, config.port))
+    except ActivationError as exc:
+        log.error("%s", exc)
+        return 1
     except OSError as exc:
         log.error("%s", listen_error(exc, listen_address(config.host, config.port)))
         return 1
@@ -194,6 +214,12 @@ def run(config: Config, collection: Collection,
                                    collection.field_intervals_ms,
                                    (config_map,) if config_map is not None else ())
         app = make_app(collector, cluster)
+        app[REQUIRE_GPUS_KEY] = config.health_require_gpus
+        app[SCRAPE_LIMIT_KEY] = ScrapeLimit(config.max_concurrent_scrapes)
+        if config.exporter_metrics:
+            count_requests(app)
+        if (binding_watch := make_binding_watch(config, collector)) is not None:
+            app.cleanup_ctx.append(_for_the_app_life("gpu-binding-watch", binding_watch))
         live = None
         if security is not None:  # --web-config-file: basic auth and headers; TLS below
             from .web.live_security import LiveWebSecurity

@@ -2,16 +2,20 @@
 imported only when asked for (grpc with `-k`, kubernetes_asyncio with the API), and the
 collector over them. app.py serves what this builds."""
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .attribution.podlabels import PodLabelPolicy
 from .backend import GpuBackend
+from .collector.dump import DumpSettings, PassDump
 from .collector.loop import Collector, CollectorOptions
 from .config import BUILTIN_SCENARIO, KUBELET_LIST_MAX_WAIT_SECONDS, Config
 from .fields.collection import CountersSources
 from .fields.counters import CounterLine
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .attribution.jobmap_source import JobMapSource
@@ -149,7 +153,31 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
         claim_access=make_claim_source(config, assignments, api_url),
         jobs=make_job_source(config),
         others=others,
+        dump=make_dump(config),
     )
+
+
+def make_binding_watch(config: Config,
+                       collector: Collector) -> Callable[[], Coroutine[Any, Any, None]] | None:
+    """NVML's: between passes, a GPU bound or unbound asks for a pass at once."""
+    if collector.backend.name != "nvml":
+        return None
+    from .nvml.binding import NVIDIA_DRIVER_DIR, watch_bindings
+
+    return lambda: watch_bindings(NVIDIA_DRIVER_DIR, config.gpu_bind_unbind_poll_seconds,
+                                  collector.request_pass)
+
+
+def make_dump(config: Config) -> PassDump | None:
+    """--dump-enabled: each pass's readings in files, as dcgm-exporter's debug dumps."""
+    if not config.dump_enabled:
+        return None
+    kept = (f"files older than {config.dump_retention_hours} h removed every hour"
+            if config.dump_retention_hours else "files kept for good")
+    log.info("writing each pass's readings to %s (--dump-enabled; %s)", config.dump_directory,
+             kept)
+    return PassDump(DumpSettings(config.dump_directory, config.dump_retention_hours,
+                                 config.dump_compression))
 
 
 def simulated_cluster(backend: GpuBackend, config: Config) -> "SimulatedCluster | None":

@@ -58,6 +58,17 @@ class Config:
     collect_interval_given: bool = False  # -c or its variable set: beats collection.interval
     dcgm_exporter_dir: Path = Path("/etc/dcgm-exporter")  # GPU_ENRICHER_DCGM_EXPORTER_DIR
     configmap: tuple[str, str] | None = None  # -m NAMESPACE:NAME: counters from its `metrics`
+    web_read_timeout_seconds: float = 10.0  # a whole request is due (Go's ReadTimeout); 0: none
+    web_write_timeout_seconds: float = 30.0  # a response is taken (Go's WriteTimeout); 0: none
+    health_require_gpus: bool = False  # /health fails while the last pass found no GPU
+    web_systemd_socket: bool = False  # serve on systemd's sockets, not on host:port
+    dump_enabled: bool = False  # each pass's readings written to files (debug dumps)
+    dump_directory: Path = Path("/tmp/dcgm-exporter-debug")  # dcgm-exporter's default
+    dump_retention_hours: int = 24  # older dump files removed hourly; 0: kept
+    dump_compression: bool = True  # .json.gz
+    gpu_bind_unbind_poll_seconds: float = 1.0  # between passes, binds and unbinds looked for
+    exporter_metrics: bool = False  # HTTP requests counted by handler and code
+    max_concurrent_scrapes: int = 16  # /metrics answers in flight; more get 503
 
     @property
     def kube_api(self) -> bool:

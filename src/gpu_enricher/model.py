@@ -95,6 +95,9 @@ class NodeSnapshot:
     gpus: tuple[GpuSnapshot, ...]
     driver_version: str = ""
     errors: tuple[SampleError, ...] = field(default=())
+    rebound: frozenset[str] = frozenset()
+    """UUIDs of the GPUs whose series end because the GPUs bound to the driver changed (one
+    unbound, or renumbered by a bind or an unbind): gone on purpose, not lost."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +240,9 @@ class ClaimAccess:
     """
 
     admin: frozenset[ClaimedDevice] = frozenset()
+    pending: frozenset[tuple[str, str]] = frozenset()
+    """(namespace, name) of claims not asked about yet (the API client still loading, at
+    start): they label nothing until read, or until reading them failed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ class Process(Exporter):
     """An `Exporter` whose command line and working directory the test chooses."""
 
     def __init__(self, args: list[str], env: dict[str, str], *,
-                 command: list[str] | None = None, cwd: Path | None = None) -> None:
+                 command: list[str] | None = None, cwd: Path | None = None,
+                 pass_fds: tuple[int, ...] = ()) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         # Not GRPC_*: importing gpu_enricher.sim.fake_kubelet here set GRPC_VERBOSITY for this
@@ -41,7 +42,8 @@ class Process(Exporter):
         self.proc = subprocess.Popen(
             [*(command or [sys.executable, "-m", "gpu_enricher"]),
              "-a", f"127.0.0.1:{self.port}", *args],
-            env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            pass_fds=pass_fds)
         self.started = time.monotonic()
 
 

@@ -170,3 +170,14 @@ def test_the_own_pod_never_holds_through_the_device_plugin_either() -> None:
     assert [h.pod for h in found.holders[(0, None)]] == ["trainer"]
     alone = without_pod(attribute(NODE, [own], ()), ("a-ours", "a-enricher"))
     assert (0, None) not in alone.holders
+
+
+def test_a_claim_not_asked_about_yet_labels_nothing() -> None:
+    """At start, while the ResourceClaim client loads, a claim may be a monitor: it holds
+    nothing until read (or until reading it failed, then it is an ordinary holder)."""
+    operator = ClaimAllocation("a-ops", "a-exporter", "x", "admin", "a-ops", D, "node-a",
+                               "gpu-0")
+    pending = ClaimAccess(pending=frozenset({("a-ops", "admin")}))
+    found = claim_holders(NODE, [operator, claim("trainer", "gpu-0", "single")], SLICES,
+                          DRIVERS, pending)
+    assert [h.pod for h in found.holders[(0, None)]] == ["trainer"] and not found.monitors

@@ -5,6 +5,12 @@ from pathlib import Path
 import pytest
 
 from gpu_enricher.cli.dcgm_flags import DCGM_EXPORTER_FLAGS
+from gpu_enricher.cli.flags import (
+    NEEDS_HOST_ENGINE,
+    NOT_IMPLEMENTED,
+    SERVED_OTHERWISE,
+    compat_flags,
+)
 from gpu_enricher.cli.main import (
     EXIT_USAGE,
     UsageError,
@@ -294,13 +300,26 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     assert compat, out
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
-    # pod labels (issue 10), DRA (11), XID and clock windows (12), --web-config-file (13),
-    # -d, -rbmn, -o, --hpc-job-mapping-dir, --config-file, -m (24)
-    assert len(ignored) == 24
-    for flag in ignored:  # named once, compactly, without dcgm-exporter's own description
+    # Issue 24: every flag a manifest can set that changes what is exported is implemented;
+    # what is left needs a DCGM host engine (9), is served another way (1) or is Go's or for
+    # hosts without Kubernetes (3).
+    assert len(ignored) == 13
+    assert {f.long for f in compat_flags()} == (
+        set(NEEDS_HOST_ENGINE) | set(SERVED_OTHERWISE) | set(NOT_IMPLEMENTED)), \
+        "each accepted flag gpu-enricher does not implement is in one list, with its reason"
+    for flag in ignored:  # named once, without dcgm-exporter's own description
         assert f"--{flag.long}" in compat, flag.long
         assert flag.help not in out, flag.long
-    assert len(compat.strip().splitlines()) < 20
+    ignored_part, _, rest = compat.partition("flags served another way")
+    otherwise, _, missing = rest.partition("flags not implemented")
+    # Under "accepted, ignored": only those that need a DCGM host engine, one a line with its
+    # reason.
+    assert {f.long for f in ignored if f"--{f.long}" in ignored_part} == set(NEEDS_HOST_ENGINE)
+    assert "-r/--remote-hostengine-info: the nv-hostengine" in ignored_part
+    assert len(ignored_part.strip().splitlines()) < 30
+    # Then those served another way and those not implemented, with their reasons.
+    assert {f.long for f in ignored if f"--{f.long}:" in otherwise} == set(SERVED_OTHERWISE)
+    assert {f.long for f in ignored if f"--{f.long}:" in missing} == set(NOT_IMPLEMENTED)
     assert "-rbmn [true|false], --replace-blanks-in-model-name" in implemented
     # Multi-letter single-dash names only where dcgm-exporter has them.
     singles = {t.split("/")[0].strip(",[") for t in out.split() if t.startswith("-")
@@ -326,8 +345,8 @@ def test_boolean_flags_take_an_optional_value_as_dcgm_exporter_does() -> None:
     assert config.kubernetes and config.hostname is not None
     config, _ = parse_config(["--kubernetes=false"], {})
     assert not config.kubernetes
-    _, warnings = parse_config(["--fake-gpus=false", "--enable-dcgm-log"], {})
-    assert len(warnings) == 1 and "--enable-dcgm-log" in warnings[0]
+    _, warnings = parse_config(["--fake-gpus=false", "--enable-pprof"], {})
+    assert len(warnings) == 1 and "--enable-pprof" in warnings[0]
 
 
 def test_slow_fields_interval() -> None:

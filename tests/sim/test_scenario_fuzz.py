@@ -17,9 +17,9 @@ from gpu_enricher.sim.scenario import ScenarioError, load_scenario, parse_scenar
 KEYS = ["seed", "gpus", "driver_version", "period_seconds", "pods", "model", "uuid",
         "pci_bus_id", "memory_mib", "utilization", "memory_used_mib", "power_watts",
         "temperature", "sm_clock_mhz", "mem_clock_mhz", "lost", "mig", "processes", "gpm", "xids",
-        "thermal_slowdown", "namespace", "pod", "container", "resource", "replica", "device_ids",
-        "uid", "labels", "claim", "gi", "profile", "activity", "pid", "used_memory_mib", "name",
-        "sm_utilization"]
+        "thermal_slowdown", "unbound_every_seconds", "namespace", "pod", "container", "resource",
+        "replica", "device_ids", "uid", "labels", "claim", "gi", "profile", "activity", "pid",
+        "used_memory_mib", "name", "sm_utilization"]
 # YAML's syntax, values of the types it resolves, and the characters that trip readers.
 TOKENS = [*(f"{k}: " for k in KEYS), "\n", "\n  ", "\n    ", "- ", "[", "]", "{", "}", ", ",
           ": ", "&a ", "*a", "!!binary ", "!!python/object:os.system ", "!x ", "? ", "---\n",

@@ -90,7 +90,8 @@ def claim_holders(gpus: Sequence[GpuSnapshot], claims: Iterable[ClaimAllocation]
     unresolved: dict[str, str] = {}
     claimed: set[tuple[str, str, str]] = set()
     for claim in claims:
-        if claim.driver not in drivers:
+        pending = (claim.claim_namespace, claim.claim_name) in access.pending
+        if claim.driver not in drivers or pending:  # not asked yet: could be a monitor
             continue
         name = (claim.driver, claim.pool, claim.device)
         device, key = published.get(name), keys.get(name)

@@ -178,3 +178,49 @@ def parse_configmap_ref(text: str) -> tuple[str, str] | None:
         raise UsageError(f"invalid ConfigMap {text!r}: expected NAMESPACE:NAME, e.g. "
                          "gpu-operator:dcgm-metrics")
     return namespace, name
+_GO_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+                    "m": 60.0, "h": 3600.0}
+_GO_TERM: Final = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds from a Go duration as time.ParseDuration reads it (dcgm-exporter's duration
+    flags): `10s`, `1m30s`, `1.5h`, `300ms`, `0`; a sign may lead; every term needs its unit."""
+    body = text.strip()
+    sign = -1.0 if body[:1] == "-" else 1.0
+    if body[:1] in ("+", "-"):
+        body = body[1:]
+    if body == "0":
+        return 0.0
+    terms = _GO_TERM.findall(body)
+    if not body or "".join(n + u for n, u in terms) != body:
+        raise UsageError(f"invalid duration {text!r}: expected a Go duration, e.g. 10s, 1m30s "
+                         "or 500ms")
+    return sign * sum(float(number) * _GO_UNITS[unit] for number, unit in terms)
+
+
+def go_duration(what: str, zero: bool = True) -> Callable[[str], float]:
+    """A parser of a Go duration in seconds, from 0 (which, as in Go's net/http, means no
+    limit) up, or above 0 when not `zero`; `what` names the flag's meaning in its errors."""
+
+    def parse(text: str) -> float:
+        seconds = parse_go_duration(text)
+        if seconds < 0 or (seconds == 0 and not zero):
+            raise UsageError(f"{what} {text.strip()} is "
+                             f"{'negative' if seconds < 0 else 'not positive'}")
+        return seconds
+
+    return parse
+
+
+DEFAULT_READ_TIMEOUT_SECONDS: Final = 10.0  # dcgm-exporter's default and its chart's value
+DEFAULT_WRITE_TIMEOUT_SECONDS: Final = 30.0
+parse_read_timeout = go_duration("read timeout")
+parse_write_timeout = go_duration("write timeout")
+
+parse_dump_retention = whole_number("dump retention", 0, unit="h")
+"""Hours dump files are kept, as dcgm-exporter's --dump-retention; 0: kept for good."""
+parse_poll_interval = go_duration("poll interval", zero=False)
+"""--gpu-bind-unbind-poll-interval (Go's ticker refuses 0, as dcgm-exporter would panic)."""
+parse_max_scrapes = whole_number("scrape limit", 1, unit="")
+DEFAULT_MAX_CONCURRENT_SCRAPES: Final = 16  # dcgm-exporter's

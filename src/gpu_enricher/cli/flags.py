@@ -33,18 +33,23 @@ from .flag_values import (
     parse_devices,
     parse_driver_names,
     parse_drop_labels,
+    parse_dump_retention,
     parse_gpu_id_type,
     parse_hostname_label_name,
     parse_idle_timeout,
     parse_interval,
     parse_log_format,
     parse_max_connections,
+    parse_max_scrapes,
     parse_names,
     parse_optional_path,
+    parse_poll_interval,
     parse_read_header_timeout,
+    parse_read_timeout,
     parse_regexes,
     parse_slow_interval,
     parse_window,
+    parse_write_timeout,
 )
 
 
@@ -189,6 +194,42 @@ OPTIONS: Final = (
            "close a keep-alive connection idle between requests for MS "
            f"(default {DEFAULT_IDLE_TIMEOUT_MS}: a 60 s scrape interval keeps its connection)",
            "MS"),
+    Option("web-read-timeout", None, parse_read_timeout,
+           "close a connection whose whole request (head and body) has not arrived this long "
+           "after connecting or after its request's first byte, as Go's ReadTimeout; 0: no "
+           "limit (default 10s)", "DURATION"),
+    Option("web-write-timeout", None, parse_write_timeout,
+           "close a connection whose response is still unsent this long after its request's "
+           "head arrived (a client not reading), as Go's WriteTimeout; 0: no limit "
+           "(default 30s)", "DURATION"),
+    Option("health-require-gpus", None, None,
+           "make /health answer 503 while the last pass found no GPU (or before the first): "
+           "a liveness probe then restarts an exporter that came up before the driver showed "
+           "its GPUs; off by default, so a node without GPUs passes"),
+    Option("web-systemd-socket", None, None,
+           "serve on the listening TCP sockets systemd passes (socket activation: LISTEN_FDS, "
+           "LISTEN_PID) instead of binding -a/--address"),
+    Option("dump-enabled", None, None,
+           "write each pass's readings (every GPU's identity, values, MIG instances, processes) "
+           "to metrics-GPU-<time>-<id>.json and its devices to deviceinfo-GPU-…, as "
+           "dcgm-exporter's troubleshooting dumps (it writes them per scrape)"),
+    Option("dump-directory", None, Path, "where --dump-enabled writes (default "
+           "/tmp/dcgm-exporter-debug)", "PATH"),
+    Option("dump-retention", None, parse_dump_retention,
+           "hours dump files are kept: older ones are removed every hour; 0: kept (default 24)",
+           "HOURS"),
+    Option("dump-compression", None, None, "gzip the dump files (.json.gz; default true)"),
+    Option("gpu-bind-unbind-poll-interval", None, parse_poll_interval,
+           "how often the nvidia driver's sysfs directory is listed between passes: a GPU "
+           "bound or unbound there starts a pass at once, which restarts NVML so the GPU "
+           "appears, or its unbind can finish (default 1s)", "DURATION"),
+    Option("enable-exporter-metrics", None, None,
+           "also count HTTP requests by handler and status code "
+           "(gpu_enricher_http_requests_total); the process's own metrics (process_*, "
+           "python_*) and the HTTP server's connection counts are always there"),
+    Option("max-concurrent-scrapes", None, parse_max_scrapes,
+           "answer /metrics 503 while N answers are still being sent (clients slow to take "
+           "them); every scrape shares the bytes the last pass rendered (default 16)", "N"),
     Option("web-max-connections", None, parse_max_connections,
            "refuse (close at once) a connection while N are open; the soft open-file limit "
            f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),
@@ -236,20 +277,75 @@ def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
     return "".join(f"; {token}: did you mean {close}?" for token, close in hints)
 
 
+# dcgm-exporter flags that configure DCGM itself (its host engine, its library, its entities):
+# gpu-enricher reads NVML in its own process, so with them nothing is missing, only nothing to
+# configure. Set, each logs one INFO line with its reason (cli/main.py).
+NEEDS_HOST_ENGINE: Final = {
+    "remote-hostengine-info": "the nv-hostengine to connect to (the GPU Operator's standalone "
+                              "DCGM); gpu-enricher reads NVML in its own process, no host "
+                              "engine in between",
+    "enable-dcgm-log": "the DCGM library's own log; there is no DCGM library here",
+    "dcgm-log-level": "the DCGM library's log level; there is no DCGM library here",
+    "watch-max-keep-age": "how long DCGM's field watches keep samples; gpu-enricher keeps none, "
+                          "it reads each value once per pass",
+    "watch-max-keep-samples": "how many samples DCGM's field watches keep; gpu-enricher keeps "
+                              "none, it reads each value once per pass",
+    "fake-gpus": "DCGM's injected fake GPUs; here --simulate is the fake node",
+    "cpu-devices": "chooses the Grace CPUs and cores to watch: DCGM entities (its sysmon "
+                   "module) that NVML does not have",
+    "switch-devices": "chooses the NVSwitches and links to watch: DCGM entities (its NVSwitch "
+                      "module) that NVML does not have",
+    "disable-startup-validate": "skips dcgm-exporter's check that libdcgm is installed and its "
+                                "exit when a DCGM collector cannot start; neither exists here",
+}
+
+
+# dcgm-exporter flags whose job gpu-enricher does another way, always: one INFO line when set.
+SERVED_OTHERWISE: Final = {
+    "enable-gpu-bind-unbind-watch": "always on here: the nvidia driver's sysfs directory is "
+                                    "listed (a few µs) every --gpu-bind-unbind-poll-interval "
+                                    "and every pass, and NVML restarts when a GPU was bound or "
+                                    "unbound (docs/flags.md)",
+}
+
+# dcgm-exporter flags gpu-enricher does not implement, and why: a warning when set.
+NOT_IMPLEMENTED: Final = {
+    "enable-pprof": "Go's profiler endpoints; gpu-enricher is Python (attach py-spy to the "
+                    "process instead)",
+    "container-labels": "container-runtime labels for hosts without Kubernetes (dcgm-exporter "
+                        "ignores them with --kubernetes); gpu-enricher names workloads through "
+                        "the kubelet (--kubernetes) or /proc (--process-metrics)",
+    "container-runtime-socket": "the container runtime that --container-labels asks",
+}
+
+
 def compat_flags() -> list[DcgmFlag]:
     return [f for f in DCGM_EXPORTER_FLAGS
             if f.long not in IMPLEMENTED_LONG and f.long not in ("help", "version")]
 
 
+def _names(flag: DcgmFlag) -> str:
+    return (f"-{flag.short}/" if flag.short else "") + f"--{flag.long}"
+
+
 def _compat_epilog(width: int) -> str:
-    """The dcgm-exporter flags we accept but do not implement, listed compactly: their own
-    descriptions would read as if they worked."""
-    flags = ", ".join((f"-{f.short}/" if f.short else "") + f"--{f.long}" for f in compat_flags())
+    """dcgm-exporter's flags that gpu-enricher accepts and does not implement, each with its
+    reason: those that need a DCGM host engine; those served another way; those not
+    implemented (tests/cli holds that every such flag is in one of the three)."""
     wrap = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="  ",
                                 break_on_hyphens=False, break_long_words=False)
-    intro = (f"Accepted so that dcgm-exporter manifests keep working, from the command line or "
-             f"dcgm-exporter's environment variables; not implemented: one that is set logs a "
-             f"warning and changes nothing ({len(compat_flags())} flags):")
+    hanging = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="      ",
+                                   break_on_hyphens=False, break_long_words=False)
+
+    def reasons(why: dict[str, str]) -> list[str]:
+        return [hanging.fill(f"{_names(f)}: {why[f.long]}") for f in compat_flags()
+                if f.long in why]
+
+    engine = ("Accepted so that dcgm-exporter manifests keep working, from the command line or "
+              "dcgm-exporter's environment variables. These configure DCGM itself (its host "
+              "engine, library or entities); gpu-enricher reads NVML in its own process, so one "
+              "that is set logs one INFO line and changes nothing "
+              f"({len(NEEDS_HOST_ENGINE)} flags):")
     environment = ("Every flag above also reads the environment when not given: "
                    "GPU_ENRICHER_<FLAG_NAME> first, then dcgm-exporter's variable (shown in "
                    "brackets); NODE_NAME sets the Hostname label. A bad value prints one line and "
@@ -258,8 +354,14 @@ def _compat_epilog(width: int) -> str:
         *textwrap.wrap(environment, width),
         "",
         "dcgm-exporter compatibility (accepted, ignored):",
-        wrap.fill(intro),
-        wrap.fill(flags),
+        wrap.fill(engine),
+        *reasons(NEEDS_HOST_ENGINE),
+        "",
+        "dcgm-exporter flags served another way (accepted; one INFO line when set):",
+        *reasons(SERVED_OTHERWISE),
+        "",
+        "dcgm-exporter flags not implemented (accepted; a warning when set):",
+        *reasons(NOT_IMPLEMENTED),
     ])
 
 

@@ -2,7 +2,8 @@
 
 Flag names follow dcgm-exporter so copied DaemonSet manifests keep working. Each flag reads,
 in order: the command line, `GPU_ENRICHER_<FLAG_NAME>`, dcgm-exporter's own variable(s).
-dcgm-exporter flags we do not implement yet are accepted and log one warning when set.
+dcgm-exporter flags we do not implement yet are accepted and log one warning when set; those
+that configure a DCGM host engine log one INFO line saying why nothing changes.
 The flags themselves and their parsing are in cli/flags.py.
 """
 
@@ -31,8 +32,11 @@ from .flag_values import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT,
+    DEFAULT_MAX_CONCURRENT_SCRAPES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_HEADER_TIMEOUT_MS,
+    DEFAULT_READ_TIMEOUT_SECONDS,
+    DEFAULT_WRITE_TIMEOUT_SECONDS,
     FALSE_WORDS,
     TRUE_WORDS,
     ArgumentsError,
@@ -45,20 +49,34 @@ from .flag_values import (
     parse_devices,
     parse_driver_names,
     parse_drop_labels,
+    parse_dump_retention,
     parse_gpu_id_type,
     parse_hostname_label_name,
     parse_idle_timeout,
     parse_interval,
     parse_log_format,
     parse_max_connections,
+    parse_max_scrapes,
     parse_names,
     parse_optional_path,
+    parse_poll_interval,
     parse_read_header_timeout,
+    parse_read_timeout,
     parse_regexes,
     parse_slow_interval,
     parse_window,
+    parse_write_timeout,
 )
-from .flags import SHORT_USAGE, build_parser, compat_flags, env_names, go_style_flags
+from .flags import (
+    NEEDS_HOST_ENGINE,
+    NOT_IMPLEMENTED,
+    SERVED_OTHERWISE,
+    SHORT_USAGE,
+    build_parser,
+    compat_flags,
+    env_names,
+    go_style_flags,
+)
 
 log = logging.getLogger("gpu_enricher")
 
@@ -85,8 +103,13 @@ def _parsed(raw: str, origin: str, parse: Callable[[str], Any]) -> Any:
         raise UsageError(f"{origin}={raw}: {exc}") from None
 
 
+class Note(str):
+    """A line of parse_config's warnings that is logged at INFO: a setting that changes
+    nothing here for a good reason (a DCGM host engine's), not a problem to fix."""
+
+
 def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
-    warnings = []
+    warnings: list[str] = []
     for flag in compat_flags():
         raw, origin = _value(args, flag.long, env)
         if raw is None:
@@ -95,8 +118,20 @@ def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) ->
             continue
         if flag.takes_value and raw == flag.default:
             continue
-        warnings.append(f"{origin}={raw!r} is a dcgm-exporter option that gpu-enricher does not "
-                        "implement yet; ignored")
+        if flag.long in NEEDS_HOST_ENGINE:
+            # The GPU Operator's standalone DCGM renders DCGM_REMOTE_HOSTENGINE_INFO into the
+            # exporter's DaemonSet: expected, and nothing is lost, so not a warning.
+            warnings.append(Note(f"{origin}={raw!r} configures a DCGM host engine, which "
+                                 "gpu-enricher does not use: "
+                                 f"{NEEDS_HOST_ENGINE[flag.long]}; nothing changes"))
+        elif flag.long in SERVED_OTHERWISE:
+            warnings.append(Note(f"{origin}={raw!r}: {SERVED_OTHERWISE[flag.long]}; nothing "
+                                 "changes"))
+        else:
+            why = (f" ({NOT_IMPLEMENTED[flag.long]})" if flag.long in NOT_IMPLEMENTED
+                   else " yet")
+            warnings.append(f"{origin}={raw!r} is a dcgm-exporter option that gpu-enricher "
+                            f"does not implement{why}; ignored")
     return warnings
 
 
@@ -182,6 +217,21 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         replace_blanks_in_model_name=switch("replace-blanks-in-model-name"),
         use_old_namespace=switch("use-old-namespace"),
         hpc_job_mapping_dir=get("hpc-job-mapping-dir", parse_optional_path, None),
+        web_read_timeout_seconds=get("web-read-timeout", parse_read_timeout,
+                                     DEFAULT_READ_TIMEOUT_SECONDS),
+        web_write_timeout_seconds=get("web-write-timeout", parse_write_timeout,
+                                      DEFAULT_WRITE_TIMEOUT_SECONDS),
+        health_require_gpus=switch("health-require-gpus"),
+        web_systemd_socket=switch("web-systemd-socket"),
+        dump_enabled=switch("dump-enabled"),
+        dump_directory=get("dump-directory", Path, Path("/tmp/dcgm-exporter-debug")),
+        dump_retention_hours=get("dump-retention", parse_dump_retention, 24),
+        dump_compression=get("dump-compression", parse_bool, True),
+        gpu_bind_unbind_poll_seconds=get("gpu-bind-unbind-poll-interval", parse_poll_interval,
+                                         1.0),
+        exporter_metrics=switch("enable-exporter-metrics"),
+        max_concurrent_scrapes=get("max-concurrent-scrapes", parse_max_scrapes,
+                                   DEFAULT_MAX_CONCURRENT_SCRAPES),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:
@@ -246,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     setup_logging(config.log_format, config.debug)
     for warning in warnings:
-        log.warning("%s", warning)
+        log.log(logging.INFO if isinstance(warning, Note) else logging.WARNING, "%s", warning)
     try:
         from ..assembly import counters_sources, read_counters_config_map
 

@@ -35,6 +35,7 @@ from ..model import (
 from ..sources import Source, SourceSet
 from ..worker import BlockingWorker
 from .cycle import CycleInputs, CycleOutputs, compose
+from .dump import PassDump
 from .news import Unmatched, report_gpu_changes
 from .options import CollectorOptions as CollectorOptions
 from .pacing import PassSchedule
@@ -64,6 +65,7 @@ class Collector:
         claim_access: Source[ClaimAccess] | None = None,
         others: Sequence[Source[object]] = (),
         jobs: Source[JobMapping] | None = None,
+        dump: PassDump | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -75,6 +77,7 @@ class Collector:
         self.xids = xids
         self.claim_access = claim_access
         self.jobs = jobs
+        self.dump = dump  # --dump-enabled: each pass's readings written to files
         # Clock-event counts and health verdicts come from the passes themselves: always kept
         # (cheap, no I/O).
         self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
@@ -212,6 +215,10 @@ class Collector:
             break
         self._planner.refresh(self.backend)
 
+    def request_pass(self) -> None:
+        """A pass at once (a GPU bound or unbound: nvml/binding.py); the rate goes on from it."""
+        self._schedule.now()
+
     def use_counters(self, counters: tuple[CounterLine, ...],
                      field_intervals_ms: Mapping[str, int] | None = None) -> None:
         """A reloaded counters file and watch groups (reload.py): planned by a pass that runs
@@ -254,6 +261,8 @@ class Collector:
                     task.cancel()
         self.exposition = self._render()
         self.ready = True
+        if self.dump is not None:
+            self.dump.offer(self.snapshot)
 
     async def _sample(self, fields: frozenset[str], skipped: frozenset[str],
                       started: float) -> None:
@@ -318,6 +327,8 @@ class Collector:
         finally:
             self.running = False
             await self._sources.close()
+            if self.dump is not None:
+                await self.dump.close()
             # A call still running (hung in the driver) would hold the close up behind it: it
             # is abandoned with its daemon thread (issue 13, defect 1).
             if self._worker.running_since is None:

@@ -27,7 +27,8 @@ def with_gone_gpus(before: NodeSnapshot | None, after: NodeSnapshot) -> NodeSnap
     listed = {g.identity for g in after.gpus}
     gone = tuple(GpuSnapshot(g.identity, healthy=False, error=GONE_FROM_DRIVER)
                  for g in before.gpus
-                 if g.identity not in listed and g.error != GONE_FROM_DRIVER)  # once only
+                 if g.identity not in listed and g.error != GONE_FROM_DRIVER  # once only
+                 and g.identity.uuid not in after.rebound)  # gone on purpose: just gone
     return dataclasses.replace(after, gpus=after.gpus + gone) if gone else after
 
 
@@ -36,6 +37,10 @@ def report_gpu_changes(before: NodeSnapshot | None, after: NodeSnapshot) -> Node
     `with_gone_gpus`."""
     after = with_gone_gpus(before, after)
     was_healthy = {g.identity.index: g.healthy for g in before.gpus} if before else {}
+    for gpu in before.gpus if before else ():
+        if gpu.identity.uuid in after.rebound:
+            log.info("GPU %d (%s): its series end, the GPUs bound to the driver changed",
+                     gpu.identity.index, gpu.identity.uuid)
     for gpu in after.gpus:
         was = was_healthy.get(gpu.identity.index, True)
         if was and not gpu.healthy:

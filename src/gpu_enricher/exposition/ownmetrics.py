@@ -7,6 +7,7 @@ per scrape: a scrape stays a hand-out of ready bytes, and `process_*` is at most
 interval old.
 """
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
@@ -49,7 +50,7 @@ class HttpCounts:
     know no collector."""
 
     __slots__ = ("auth_failures", "bad_requests", "connections", "connections_refused",
-                 "timeouts")
+                 "requests", "timeouts")
 
     def __init__(self) -> None:
         self.bad_requests = 0
@@ -59,6 +60,8 @@ class HttpCounts:
         self.timeouts = dict.fromkeys(TIMEOUT_PHASES, 0)
         # Basic auth's 401s by reason (--web-config-file), every reason present from the start.
         self.auth_failures = dict.fromkeys(AUTH_FAILURE_REASONS, 0)
+        # Requests by (handler, status code), counted with --enable-exporter-metrics only.
+        self.requests: Counter[tuple[str, str]] = Counter()
 
 
 HTTP: Final = HttpCounts()
@@ -68,7 +71,7 @@ class _Http(ClientCollector):
     def collect(self) -> Iterable[Metric]:
         return http_families(HTTP.bad_requests, HTTP.auth_failures,
                              connections=HTTP.connections, refused=HTTP.connections_refused,
-                             timeouts=HTTP.timeouts)
+                             timeouts=HTTP.timeouts, requests=HTTP.requests)
 
 
 class ConfigStatus:

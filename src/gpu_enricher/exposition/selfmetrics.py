@@ -78,32 +78,43 @@ AUTH_FAILURE_REASONS = ("missing", "wrong", "busy")
 password; too many checks already waiting (websecurity.BasicAuth)."""
 
 
-TIMEOUT_PHASES = ("header",)
-"""Where a connection ran out of time (connguard): its request head. (A TLS handshake's timeout
-is the event loop's, which does not say.)"""
+TIMEOUT_PHASES = ("header", "read", "write")
+"""Where a connection ran out of time (connguard): its request head, its whole request, its
+response left unread. (A TLS handshake's timeout is the event loop's, which does not say.)"""
 
 
 def http_families(bad_requests: int, auth_failures: Mapping[str, int], *, connections: int,
-                  refused: int, timeouts: Mapping[str, int]) -> list[Metric]:
-    """The HTTP server's own counts (ownmetrics.HTTP)."""
-    return [_family(f"{P}http_connections", "gauge",
-                    "Client connections open (TLS ones once their handshake is done).",
-                    [([], connections)]),
-            _family(f"{P}http_connections_refused", "counter",
-                    "Connections closed at once because --web-max-connections were open.",
-                    [([], refused)]),
-            _family(f"{P}http_timeouts", "counter",
-                    "Connections closed for taking too long (--web-read-header-timeout), by "
-                    "phase: header (no complete request head in time).",
-                    [([("phase", p)], n) for p, n in timeouts.items()]),
-            _family(f"{P}http_bad_requests", "counter",
-                    "Requests refused as malformed or over the request line, header or "
-                    "header count limits (answered 400).", [([], bad_requests)]),
-            _family(f"{P}http_auth_failures", "counter",
-                    "Requests refused by basic auth (--web-config-file), answered 401, by "
-                    "reason: missing (no or malformed credentials), wrong (unknown user or "
-                    "wrong password), busy (too many password checks waiting).",
-                    [([("reason", r)], n) for r, n in auth_failures.items()])]
+                  refused: int, timeouts: Mapping[str, int],
+                  requests: Mapping[tuple[str, str], int] | None = None) -> list[Metric]:
+    """The HTTP server's own counts (ownmetrics.HTTP); requests by handler and code only once
+    some were counted (--enable-exporter-metrics)."""
+    families = [_family(f"{P}http_connections", "gauge",
+                        "Client connections open (TLS ones once their handshake is done).",
+                        [([], connections)]),
+                _family(f"{P}http_connections_refused", "counter",
+                        "Connections closed at once because --web-max-connections were open.",
+                        [([], refused)]),
+                _family(f"{P}http_timeouts", "counter",
+                        "Connections closed for taking too long, by phase: header (no complete "
+                        "request head in time, --web-read-header-timeout), read (no complete "
+                        "request, --web-read-timeout), write (a response not taken, "
+                        "--web-write-timeout).",
+                        [([("phase", p)], n) for p, n in timeouts.items()]),
+                _family(f"{P}http_bad_requests", "counter",
+                        "Requests refused as malformed or over the request line, header or "
+                        "header count limits (answered 400).", [([], bad_requests)]),
+                _family(f"{P}http_auth_failures", "counter",
+                        "Requests refused by basic auth (--web-config-file), answered 401, by "
+                        "reason: missing (no or malformed credentials), wrong (unknown user or "
+                        "wrong password), busy (too many password checks waiting).",
+                        [([("reason", r)], n) for r, n in auth_failures.items()])]
+    if requests:
+        families.append(_family(f"{P}http_requests", "counter",
+                                "HTTP requests answered, by handler (the route; other: no "
+                                "route) and status code (--enable-exporter-metrics).",
+                                [([("handler", h), ("code", c)], n)
+                                 for (h, c), n in sorted(requests.items())]))
+    return families
 
 
 CONFIG_FILES = ("counters", "config_file", "configmap", "web_config")

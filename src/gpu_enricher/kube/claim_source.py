@@ -10,11 +10,13 @@ it: an allocation does not change while the claim is in use.
 RBAC decides what can be read. The operator's Role lets its exporter read ResourceClaims of
 its own namespace only: a workload's claim elsewhere answers 403, is logged once per namespace
 and counts as an ordinary holder (retried every 10 minutes, in case RBAC is granted). Any
-other failure is retried after 30 s; until a claim was read it counts as an ordinary holder,
-so an API server outage never takes a workload's labels away.
+other failure is retried after 30 s, the claim an ordinary holder meanwhile, so an API server
+outage never takes a workload's labels away. Only a claim never asked about (at start, while
+the client library loads, about a second) labels nothing yet: it may be a monitor.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -75,30 +77,34 @@ class ResourceClaimSource:
         self._failing = False
         self._forbidden_namespaces: set[str] = set()
         self._access = ClaimAccess()
+        self._loading: asyncio.Task[None] | None = None
         self._last_duration: float | None = None
         self._last_success: float | None = None
 
     async def start(self) -> None:
-        """Nothing in the background: claims are read as the kubelet reports them."""
+        """Load the client library in a thread (about a second of CPU): passes go on
+        meanwhile, the claims they report pending."""
+        if self._loading is None:
+            self._loading = asyncio.create_task(asyncio.to_thread(import_library, LIBRARY),
+                                                name="ResourceClaim client import")
 
     async def refresh(self, gpus: NodeSnapshot | None) -> None:
         wanted = {(c.claim_namespace, c.claim_name) for c in self._in_use()}
         now = self._clock()
-        gone = [k for k in self._read if k not in wanted]
-        for key in gone:
+        for key in [k for k in self._read if k not in wanted]:
             del self._read[key]
         self._retry_at = {k: t for k, t in self._retry_at.items() if k in wanted}
         due = sorted(k for k in wanted
                      if k not in self._read and self._retry_at.get(k, 0.0) <= now)
-        due = due[:self.options.reads_per_pass]
-        if due:
+        if due and (self._loading is None or self._loading.done()):
             started = time.perf_counter()
-            await self._read_all(due, now)
+            await self._read_all(due[:self.options.reads_per_pass], now)
             self._last_duration = time.perf_counter() - started
-        if due or gone:
-            self._access = ClaimAccess(frozenset((namespace, name, *device)
-                                                 for (namespace, name), devices in
-                                                 self._read.items() for device in devices))
+        admin = frozenset((namespace, name, *device) for (namespace, name), devices
+                          in self._read.items() for device in devices)
+        pending = frozenset(k for k in wanted if k not in self._read and k not in self._retry_at)
+        if (admin, pending) != (self._access.admin, self._access.pending):
+            self._access = ClaimAccess(admin, pending)
 
     async def _read_all(self, due: list[ClaimName], now: float) -> None:
         failures: list[KubeError | None]
@@ -129,7 +135,6 @@ class ResourceClaimSource:
 
     async def _client(self) -> "ApiClient":
         if self._api is None:
-            await asyncio.to_thread(import_library, LIBRARY)
             self._api = await open_api_client(self._plan())
         if not self._version:
             self._version = await discover_version(self._api,
@@ -180,6 +185,11 @@ class ResourceClaimSource:
         return [reads, admin]
 
     async def close(self) -> None:
+        loading, self._loading = self._loading, None
+        if loading is not None and not loading.done():
+            loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loading
         api, self._api = self._api, None
         if api is not None:
             await api.close()

@@ -4,10 +4,13 @@ pynvml importers).
 Every call here is blocking and runs on the collector's single NVML thread. Failures are
 recorded, never raised: `NOT_SUPPORTED` removes one series (and is remembered, so the call
 is not repeated every pass), a lost GPU removes that GPU's series and is retried next pass.
+A GPU bound to or unbound from the nvidia driver restarts NVML before the pass (binding.py).
 """
 
 import dataclasses
 import logging
+import time
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -16,6 +19,7 @@ from ..backend import BackendUnavailable
 from ..fields.spec import FieldSpec, GpmMetric, MigScope
 from ..fields.table import EVENT_FIELDS, IMPLEMENTED, P2P_FIELD, PROFILING_FIELDS
 from ..model import DeviceIdentity, FieldValue, GpuInstance, GpuSnapshot, NodeSnapshot, SampleError
+from .binding import NVIDIA_DRIVER_DIR, UNBIND_GRACE_SECONDS, BindingWatch, bound_devices
 from .cadence import DEFAULT_SLOW_INTERVAL_SECONDS, SlowReadings
 from .device import (
     GPU_FATAL,
@@ -46,7 +50,8 @@ class NvmlBackend:
 
     name = "nvml"
 
-    def __init__(self, slow_interval_seconds: float = DEFAULT_SLOW_INTERVAL_SECONDS) -> None:
+    def __init__(self, slow_interval_seconds: float = DEFAULT_SLOW_INTERVAL_SECONDS,
+                 driver_dir: Path = NVIDIA_DRIVER_DIR) -> None:
         self.unsupported: set[tuple[str, object]] = set()
         self.nvlink_rates = NvlinkRates()  # per GPU: the last NVLink counters, for the rate
         self._slow = SlowReadings(slow_interval_seconds)
@@ -61,6 +66,8 @@ class NvmlBackend:
         self._processes = ProcessReader()
         self._open = False
         self._gpu_count = 0
+        self._driver_dir = driver_dir
+        self._binding = BindingWatch()
 
     def open(self) -> None:
         try:
@@ -120,6 +127,7 @@ class NvmlBackend:
         specs = [IMPLEMENTED[f] for f in sorted(fields)
                  if f in IMPLEMENTED and f not in EVENT_FIELDS]
         errors: list[SampleError] = []
+        before = self._follow_binding()
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
@@ -134,7 +142,27 @@ class NvmlBackend:
             gpus = self._p2p.add_to(gpus, errors)
         self._gpm.prune()
         driver = self.system_value("nvmlSystemGetDriverVersion") or ""
-        return NodeSnapshot(gpus=gpus, driver_version=driver, errors=tuple(errors))
+        listed = {g.identity for g in gpus}
+        return NodeSnapshot(gpus=gpus, driver_version=driver, errors=tuple(errors),
+                            rebound=frozenset(i.uuid for i in before if i not in listed))
+
+    def _follow_binding(self) -> tuple[DeviceIdentity, ...]:
+        """A GPU bound or unbound since the last pass: NVML starts over, after a grace for an
+        unbind, which waits in the driver while NVML holds the GPU open (binding.py). The GPUs
+        known before, when it did."""
+        bound, unbound = self._binding.change(bound_devices(self._driver_dir))
+        if not bound and not unbound:
+            return ()
+        log.info("GPUs bound to the nvidia driver changed (bound: %s; unbound: %s): "
+                 "restarting NVML to enumerate them again", ", ".join(sorted(bound)) or "none",
+                 ", ".join(sorted(unbound)) or "none")
+        self.close()
+        if unbound:
+            time.sleep(UNBIND_GRACE_SECONDS)
+        before = tuple(self._identities.values())
+        self._identities.clear()  # indexes move with the GPUs
+        self.open()  # raises BackendUnavailable when NVML does not come back: reopened later
+        return before
 
     def _identity(self, index: int, handle: Any) -> DeviceIdentity:
         uuid = text(pynvml.nvmlDeviceGetUUID(handle))

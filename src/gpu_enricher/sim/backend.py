@@ -7,6 +7,7 @@ same numbers every run.
 
 import dataclasses
 import hashlib
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -25,6 +26,14 @@ from ..model import (
 from .churn import churned
 from .node import Range, Scenario, SimGpu, SimInstance, SimProcess, mig_uuid
 
+log = logging.getLogger(__name__)
+
+
+def _bound(gpu: SimGpu, t: float) -> bool:
+    """Bound for the first `unbound_every_seconds`, unbound for the next, and so on."""
+    every = gpu.unbound_every_seconds
+    return every is None or int(t // every) % 2 == 0
+
 
 class SimulatedBackend:
     name = "simulated"
@@ -34,6 +43,7 @@ class SimulatedBackend:
         self._clock = clock
         self._start = clock()
         self._churned: tuple[int, tuple[SimGpu, ...]] = (0, scenario.gpus)
+        self._unbound: frozenset[str] = frozenset()  # UUIDs unbound at the last pass
 
     def open(self) -> None:
         self._start = self._clock()
@@ -73,14 +83,22 @@ class SimulatedBackend:
         t = self._clock() - self._start
         gpus: list[GpuSnapshot] = []
         errors: list[SampleError] = []
+        unbound = frozenset(g.uuid for g in self._gpus() if not _bound(g, t))
+        if unbound != self._unbound:  # as NVML's backend says it (nvml/binding.py)
+            log.info("simulated: GPUs bound to the driver changed (unbound now: %s)",
+                     ", ".join(sorted(unbound)) or "none")
+        rebound, self._unbound = unbound - self._unbound, unbound
         for gpu in self._gpus():
+            if gpu.uuid in unbound:
+                continue
             snap = self._gpu(gpu, t, fields)
             if P2P_FIELD in fields and snap.healthy:
                 snap = dataclasses.replace(snap, p2p_nvlink=self._p2p(gpu))
             if not snap.healthy:
                 errors.append(SampleError(self.name, "GpuIsLost", gpu.index))
             gpus.append(snap)
-        return NodeSnapshot(tuple(gpus), self.scenario.driver_version, tuple(errors))
+        return NodeSnapshot(tuple(gpus), self.scenario.driver_version, tuple(errors),
+                            rebound=rebound)
 
     def _gpus(self) -> tuple[SimGpu, ...]:
         """The GPUs as the pod churn has left them: their processes follow the pods."""

@@ -59,6 +59,7 @@ class SimGpu:
     xids: tuple[int, ...] = ()  # XID errors raised once at start
     thermal_slowdown: bool = False  # held back by HW thermal slowdown the whole time
     hpc_jobs: tuple[str, ...] = ()  # a Slurm prolog's job IDs for it (--hpc-job-mapping-dir)
+    unbound_every_seconds: float | None = None  # bound, unbound, bound … for this long each
 
 
 # NVML GPM, our source of DCGM_FI_PROF_*, exists on Hopper (H100, H200, H800, H20, GH200) and

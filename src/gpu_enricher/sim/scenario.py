@@ -53,7 +53,7 @@ from .scenario_yaml import decode_yaml, read_text
 _GPU_KEYS: Final = frozenset({
     "model", "uuid", "pci_bus_id", "memory_mib", "utilization", "memory_used_mib",
     "power_watts", "temperature", "sm_clock_mhz", "mem_clock_mhz", "lost", "mig", "processes",
-    "gpm", "xids", "thermal_slowdown", "hpc_jobs",
+    "gpm", "xids", "thermal_slowdown", "hpc_jobs", "unbound_every_seconds",
 })
 _POD_KEYS: Final = frozenset({
     "namespace", "pod", "container", "resource", "gpus", "replica", "mig", "device_ids", "uid",
@@ -101,8 +101,19 @@ def _gpu(raw: Any, index: int, seed: int, at: At) -> tuple[SimGpu, tuple[At, ...
         xids=tuple(as_int(x, xids_at.item(xids, n)) for n, x in enumerate(xids)),
         thermal_slowdown=opt(spec, at, "thermal_slowdown", False, as_bool),
         hpc_jobs=tuple(as_text(j, jobs_at.item(jobs, n)) for n, j in enumerate(jobs)),
+        unbound_every_seconds=_unbound_every(spec, at),
     )
     return gpu, process_ats
+
+
+def _unbound_every(spec: Mapping[str, Any], at: At) -> float | None:
+    """A GPU bound to and unbound from the driver in turn (docs/flags.md: GPUs bound or
+    unbound while running), at least a second each."""
+    seconds: float | None = opt(spec, at, "unbound_every_seconds", None, as_number)
+    if seconds is not None and not seconds >= 1:
+        raise at.field(spec, "unbound_every_seconds").error(
+            f"at least 1 (seconds), got {seconds}")
+    return seconds
 
 
 def _instances(spec: Mapping[str, Any], at: At, gpu_memory: int) -> tuple[SimInstance, ...]:

@@ -8,9 +8,10 @@ asyncio protocol in front of aiohttp's own, which only sees the bytes go by:
 - the request head: a connection must deliver a complete head (through its blank line) within
   the header timeout of connecting and of the first byte of each later request, else it is
   aborted and counted (`phase="header"`);
-- TLS: the loop's handshake gets the same time (`ssl_handshake_timeout`), then the head its
-  own. Neither asyncio nor uvloop tells the application of a handshake that failed or timed
-  out, so those are not counted, and a TLS connection counts against the limit from its
+- TLS: the loop's handshake gets the same time, or less where the read or write timeout is
+  shorter (`ssl_handshake_timeout`, Go's tlsHandshakeTimeout), then the head its own. Neither
+  asyncio nor uvloop tells the application of a handshake that failed or timed out, so those
+  are not counted, and a TLS connection counts against the limit from its
   handshake's end. (Running the handshake here, `loop.start_tls` from `connection_made`, would
   count them, but uvloop resumes reading as `connection_made` returns: the client's hello would
   reach this protocol before `start_tls` could take over.)
@@ -23,6 +24,20 @@ asyncio protocol in front of aiohttp's own, which only sees the bytes go by:
 
 A body announced by Content-Length is skipped unread (aiohttp's lingering time bounds it);
 a chunked body reads as lines ending in a blank one, so it gets the header timeout too.
+
+dcgm-exporter's --web-read-timeout and --web-write-timeout are Go net/http's ReadTimeout and
+WriteTimeout, kept here as Go keeps them:
+
+- read: the whole request, head and Content-Length body, is due within the read timeout of
+  the moment the header timeout starts counting (connecting, or a later request's first byte:
+  Go starts both deadlines together in readRequest); aborted and counted (`phase="read"`).
+- write: from the end of a request's head, the response must have left the process within the
+  write timeout. Go's deadline makes a write that is still blocked at that moment fail and the
+  connection close; here, at the deadline, a connection whose transport still holds unsent
+  bytes (its client is not reading them) is aborted and counted (`phase="write"`), and one
+  that has sent everything is left alone, as Go leaves a finished response. Our handlers hand
+  out bytes made before the request came, so a response that is late is always one the client
+  does not read. 0 switches either off, as in Go.
 """
 
 import asyncio
@@ -76,6 +91,14 @@ def make_room_for(max_connections: int) -> None:
 class ConnectionLimits:
     header_timeout_seconds: float
     max_connections: int
+    read_timeout_seconds: float = 0.0  # 0: none, as Go's ReadTimeout
+    write_timeout_seconds: float = 0.0  # 0: none, as Go's WriteTimeout
+
+    @property
+    def handshake_seconds(self) -> float:
+        """A TLS handshake's bound: the least timeout set, as Go's tlsHandshakeTimeout."""
+        return min(t for t in (self.header_timeout_seconds, self.read_timeout_seconds,
+                               self.write_timeout_seconds) if t > 0)
 
 
 class ConnectionGuard:
@@ -113,8 +136,8 @@ class _Connection(asyncio.Protocol):
     """One client connection: aiohttp's handler (made only once admitted) behind a watch on
     the request heads. Every event is passed on unchanged."""
 
-    __slots__ = ("_admitted", "_guard", "_handler", "_handlers", "_length", "_line", "_skip",
-                 "_started", "_timer", "_transport")
+    __slots__ = ("_admitted", "_guard", "_handler", "_handlers", "_length", "_line",
+                 "_read_timer", "_skip", "_started", "_timer", "_transport", "_write_timer")
 
     def __init__(self, guard: ConnectionGuard, handlers: Callable[[], asyncio.Protocol]) -> None:
         self._guard = guard
@@ -127,6 +150,8 @@ class _Connection(asyncio.Protocol):
         self._started = False  # the head has a non-blank line
         self._length = 0  # its Content-Length
         self._skip = 0  # body bytes still to pass
+        self._read_timer: asyncio.TimerHandle | None = None  # set while a request is due
+        self._write_timer: asyncio.TimerHandle | None = None  # set while a response is due
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # With TLS this comes after the handshake (the loop's, bounded by the same timeout).
@@ -140,18 +165,41 @@ class _Connection(asyncio.Protocol):
         self._due()
 
     def _due(self) -> None:
-        """A head is now due within the header timeout."""
-        self._timer = asyncio.get_running_loop().call_later(
-            self._guard.limits.header_timeout_seconds, self._header_timed_out)
+        """A head is now due within the header timeout, the whole request within the read
+        timeout."""
+        limits = self._guard.limits
+        self._timer = _later(limits.header_timeout_seconds, self._header_timed_out)
+        _cancel(self._read_timer)
+        self._read_timer = _later(limits.read_timeout_seconds, self._read_timed_out)
+
+    def _head_read(self) -> None:
+        """A request head has arrived: its response is now due within the write timeout (Go
+        sets the write deadline once a request's head is read)."""
+        _cancel(self._write_timer)
+        self._write_timer = _later(self._guard.limits.write_timeout_seconds, self._write_due)
+
+    def _read_timed_out(self) -> None:
+        self._read_timer = None
+        self._time_out("read", "no complete request within the read timeout of %g s",
+                       self._guard.limits.read_timeout_seconds)
+
+    def _write_due(self) -> None:
+        self._write_timer = None
+        if self._transport is not None and self._transport.get_write_buffer_size() > 0:
+            self._time_out("write", "response not taken within the write timeout of %g s",
+                           self._guard.limits.write_timeout_seconds)
+
+    def _time_out(self, phase: str, why: str, seconds: float) -> None:
+        if self._transport is None:
+            return
+        self._guard.counts.timeouts[phase] += 1
+        log.debug("closed %s: " + why, _peer(self._transport), seconds)
+        self._transport.abort()  # not close(): nothing to flush, and TLS would await the peer
 
     def _header_timed_out(self) -> None:
         self._timer = None
-        if self._transport is None:
-            return
-        self._guard.counts.timeouts["header"] += 1
-        log.debug("closed %s: no complete request head within %g s", _peer(self._transport),
-                  self._guard.limits.header_timeout_seconds)
-        self._transport.abort()  # not close(): nothing to flush, and TLS would await the peer
+        self._time_out("header", "no complete request head within %g s",
+                       self._guard.limits.header_timeout_seconds)
 
     def data_received(self, data: bytes) -> None:
         if self._handler is None:  # refused
@@ -167,6 +215,9 @@ class _Connection(asyncio.Protocol):
                 step = min(self._skip, end - pos)
                 self._skip -= step
                 pos += step
+                if not self._skip:  # the request's body is in
+                    _cancel(self._read_timer)
+                    self._read_timer = None
                 continue
             if self._timer is None:  # the first byte of a request
                 self._due()
@@ -183,10 +234,13 @@ class _Connection(asyncio.Protocol):
                     digits = line[15:].strip()
                     self._length = int(digits) if digits.isdigit() else 0
             elif self._started:  # the blank line that ends the head
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
+                _cancel(self._timer)
+                self._timer = None
                 self._skip, self._length, self._started = self._length, 0, False
+                self._head_read()
+                if not self._skip:  # no body: the request is in
+                    _cancel(self._read_timer)
+                    self._read_timer = None
 
     def eof_received(self) -> bool | None:
         return self._handler.eof_received() if self._handler is not None else None
@@ -201,14 +255,24 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._read_timer, self._write_timer):
+            _cancel(timer)
+        self._timer = self._read_timer = self._write_timer = None
         if self._admitted:
             self._admitted = False
             self._guard.release()
         if self._handler is not None:
             self._handler.connection_lost(exc)
+
+
+def _later(seconds: float, callback: Callable[[], None]) -> asyncio.TimerHandle | None:
+    """A timer, or none for a limit of 0 (switched off)."""
+    return asyncio.get_running_loop().call_later(seconds, callback) if seconds > 0 else None
+
+
+def _cancel(timer: asyncio.TimerHandle | None) -> None:
+    if timer is not None:
+        timer.cancel()
 
 
 def _peer(transport: asyncio.BaseTransport) -> str:
@@ -243,4 +307,4 @@ class GuardedSite(web.BaseSite):
         guard, tls = self._guard, self._ssl_context
         self._server = await asyncio.get_running_loop().create_server(
             lambda: _Connection(guard, server), sock=self._sock, backlog=self._backlog,
-            ssl=tls, ssl_handshake_timeout=guard.limits.header_timeout_seconds if tls else None)
+            ssl=tls, ssl_handshake_timeout=guard.limits.handshake_seconds if tls else None)

@@ -1,5 +1,6 @@
 """HTTP endpoints. `/metrics` hands out the collector's pre-rendered bytes and nothing else."""
 
+import contextlib
 import errno
 import html
 import logging
@@ -28,6 +29,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COLLECTOR_KEY: Final = web.AppKey("collector", Collector)
+REQUIRE_GPUS_KEY: Final = web.AppKey("require_gpus", bool)
+"""--health-require-gpus: /health fails while the last pass found no GPU."""
+
+
+class ScrapeLimit:
+    """--max-concurrent-scrapes (dcgm-exporter's): /metrics answers still being sent. Every
+    scrape shares the bytes the last pass rendered, so only answers a client is slow to take
+    stay in flight; past the limit a scrape is answered 503, as dcgm-exporter answers one."""
+
+    __slots__ = ("in_flight", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+
+
+SCRAPE_LIMIT_KEY: Final = web.AppKey("scrape_limit", ScrapeLimit)
 
 # Explicit request limits (a request over one is answered 400 and counted as a bad request).
 # Every endpoint is a GET with a short path and query, so these are far above any real request.
@@ -90,7 +108,25 @@ async def handle_metrics(request: web.Request) -> web.Response:
     om = wants_openmetrics(_header(request, "Accept"))
     gz = wants_gzip(_header(request, "Accept-Encoding"))
     body = request.app[COLLECTOR_KEY].exposition.body(openmetrics=om, gzipped=gz)
-    return web.Response(body=body, headers=_HEADERS[om, gz])
+    response = web.Response(body=body, headers=_HEADERS[om, gz])
+    scrapes = request.app.get(SCRAPE_LIMIT_KEY)
+    if scrapes is None:
+        return response
+    if scrapes.in_flight >= scrapes.limit:
+        log.debug("%d scrapes in flight: answered 503 (--max-concurrent-scrapes)",
+                  scrapes.in_flight)
+        return web.Response(status=503, text="too many concurrent scrapes "
+                            "(--max-concurrent-scrapes)\n")
+    scrapes.in_flight += 1
+    try:  # sent here, so that the count holds until the client has taken it
+        # A client gone mid-answer: aiohttp's own write after the handler meets the same
+        # error and closes quietly, as for an answer it sends itself.
+        with contextlib.suppress(ConnectionError):
+            await response.prepare(request)
+            await response.write_eof()
+    finally:
+        scrapes.in_flight -= 1
+    return response
 
 
 async def handle_health(request: web.Request) -> web.Response:
@@ -101,6 +137,12 @@ async def handle_health(request: web.Request) -> web.Response:
     if stalled > collector.stall_limit_seconds:
         return web.Response(status=503, text=f"a {collector.backend.name} call has been "
                             f"running for {stalled:.0f}s (hung driver?)\n")
+    if request.app.get(REQUIRE_GPUS_KEY, False) and not (collector.snapshot
+                                                         and collector.snapshot.gpus):
+        # dcgm-exporter's --health-require-gpus: a liveness probe restarts an exporter that
+        # came up while the driver showed no GPU.
+        found = "no pass yet" if collector.snapshot is None else "the last pass found none"
+        return web.Response(status=503, text=f"no GPU ({found}; --health-require-gpus)\n")
     return web.Response(text="ok\n")
 
 
@@ -159,6 +201,18 @@ def build_app(collector: Collector) -> web.Application:
     app.router.add_get("/api/v1/gpus", handle_gpus)
     app.router.add_get("/", handle_index)
     return app
+
+
+def count_requests(app: web.Application) -> None:
+    """--enable-exporter-metrics (dcgm-exporter's HTTP handler metrics): every answer counted
+    by its route and status code, as it is sent; a path with no route counts as `other`, so
+    a client cannot add series."""
+
+    async def count(request: web.Request, response: web.StreamResponse) -> None:
+        resource = request.match_info.route.resource
+        HTTP.requests[resource.canonical if resource else "other", str(response.status)] += 1
+
+    app.on_response_prepare.append(count)
 
 
 def _basic_auth(live: "LiveWebSecurity") -> Middleware:
