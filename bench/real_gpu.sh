@@ -10,16 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?OUTDIR}
 mkdir -p "$out"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# Bytecode first, as an installed package has it (pip compiles at install): run from a source
-# tree where PYTHONDONTWRITEBYTECODE=1 (the device image sets it), every start compiles every
-# module and keeps ~14 MiB more (81.7 against 67.0 MiB on an H100, docs/real-gpu.md).
-python3 -m compileall -q src bench ${PYTHONPATH//:/ } >/dev/null
+source bench/_device_env.sh
 [ -d .devtools/bin ] && export PATH=$PWD/.devtools/bin:$PATH
 [ -d .devtools/fake-nvml ] && export BENCH_BUILD_DIR=$PWD/.devtools
 {

@@ -42,7 +42,7 @@ class Deployed(Exporter):
     """The exporter process of one manifest (no `-a`: DCGM_EXPORTER_LISTEN says where)."""
 
     def __init__(self, manifest: Manifest, root: Path, nvml: Mapping[str, str],
-                 kubelet: FakeKubelet, api: FakeKubeApi | None) -> None:
+                 kubelet: FakeKubelet | None = None, api: FakeKubeApi | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.root = root
@@ -56,7 +56,8 @@ class Deployed(Exporter):
         env.update(nvml)
         env.update({name: self.mapped(value) for name, value in manifest.env.items()})
         env["GPU_ENRICHER_DCGM_EXPORTER_DIR"] = str(self.local(DCGM_DIR))
-        env["GPU_ENRICHER_POD_RESOURCES_KUBELET_SOCKET"] = str(kubelet.socket_path)
+        if kubelet is not None:
+            env["GPU_ENRICHER_POD_RESOURCES_KUBELET_SOCKET"] = str(kubelet.socket_path)
         if manifest.token and api is not None:
             env["KUBECONFIG"] = str(self.kubeconfig(api))
         self.proc = subprocess.Popen(

@@ -165,6 +165,23 @@ async def test_operator_hpc_job_mapping(node: Node) -> None:
     assert "hpc_job" not in gpu0 and 'pod="trainer"' in gpu0
 
 
+async def test_operator_standalone_dcgm(node: Node) -> None:
+    """`dcgm.enabled` (the standalone host engine): DCGM_REMOTE_HOSTENGINE_INFO is rendered;
+    there is no host engine to use here: one INFO line, the same series as without it."""
+    plain = await node.deploy(Manifest(OPERATOR_ENV))
+    expected = await scrape(plain, trainer_on_gpu0)
+    await stop(plain)
+    engine = await node.deploy(Manifest({**OPERATOR_ENV,
+                                         "DCGM_REMOTE_HOSTENGINE_INFO": "nvidia-dcgm:5555"}))
+    body = await scrape(engine, trainer_on_gpu0)
+    assert dcgm_fields(body) == dcgm_fields(expected)
+    assert series(body, "DCGM_FI_DEV_GPU_TEMP", "0")[0].split("}")[0] == \
+        series(expected, "DCGM_FI_DEV_GPU_TEMP", "0")[0].split("}")[0]
+    log = await stop(engine)
+    (line,) = [line for line in log.splitlines() if "DCGM_REMOTE_HOSTENGINE_INFO" in line]
+    assert " INFO " in line and "nothing changes" in line and " ERROR " not in log, log
+
+
 # --- the GPU Operator, GPUCluster (DRA) ------------------------------------------------------
 
 EXPORTER_POD = "nvidia-dcgm-exporter-x7k2p"
@@ -225,9 +242,9 @@ async def test_operator_configmap_data_is_read_and_watched(node: Node) -> None:
     node.api.upsert_config_map(metrics_map(CUSTOM_CSV))
     exporter = await node.deploy(Manifest({**CONFIGMAP_ENV, "GPU_ENRICHER_CONFIG_CHECK_INTERVAL":
                                            "200"}, token=True))
-    body = await scrape(exporter, trainer_on_gpu0)
+    body = await scrape(exporter, lambda b: trainer_on_gpu0(b) and value(
+        b, "gpu_enricher_configmap_synced") == 1)
     assert dcgm_fields(body) == {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"}
-    assert value(body, "gpu_enricher_configmap_synced") == 1
     node.api.upsert_config_map(metrics_map(
         "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).\n"))
     body = await scrape(exporter, lambda b: dcgm_fields(b) == {"DCGM_FI_DEV_SM_CLOCK"})
@@ -262,3 +279,99 @@ async def test_operator_configmap_data_missing_at_start_exits_2(
     assert exporter.proc.returncode == 2, err
     (line,) = [line for line in err.splitlines() if line.startswith("gpu-enricher: error:")]
     assert says in line, err
+
+
+# --- dcgm-exporter's Helm chart ---------------------------------------------------------------
+
+CHART_ENV = {"DCGM_EXPORTER_KUBERNETES": "true", "DCGM_EXPORTER_LISTEN": ":9400",
+             "NODE_NAME": NODE}
+"""What both chart versions render (service.address `:9400`, kubernetes.enabled)."""
+CHART_4_8_3_ENV = {**CHART_ENV, "DCGM_EXPORTER_WEB_READ_TIMEOUT": "10s",
+                   "DCGM_EXPORTER_WEB_WRITE_TIMEOUT": "30s"}
+DEFAULT_COUNTERS = "/etc/dcgm-exporter/default-counters.csv"
+
+
+def charts_metrics() -> str:
+    """The chart's own list (its ConfigMap key `metrics` when customMetrics is empty):
+    dcgm-exporter's default-counters.csv, from ../shared/reference (the bundled list where
+    that is absent, off CI)."""
+    from gpu_enricher.fields.collection import default_counters_path
+    from tests.reference import COUNTERS_NAME, shared_file
+
+    path = shared_file(COUNTERS_NAME) or default_counters_path()
+    return path.read_text(encoding="utf-8")
+
+
+def fields_of(csv: str) -> set[str]:
+    return {line.split(",")[0].strip() for line in csv.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")}
+
+
+async def test_chart_4_8_2_default(node: Node) -> None:
+    """`arguments: ["-f", "/etc/dcgm-exporter/default-counters.csv"]`, the chart's list mounted
+    there by subPath."""
+    metrics = charts_metrics()
+    exporter = await node.deploy(Manifest(CHART_ENV, ["-f", DEFAULT_COUNTERS],
+                                          {DEFAULT_COUNTERS: metrics}))
+    body = await scrape(exporter, trainer_on_gpu0)
+    served = dcgm_fields(body)
+    assert served <= fields_of(metrics) and {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
+                                             "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS"} \
+        <= served, served
+    log = await stop(exporter)
+    assert "(named by --collectors)" in log
+
+
+async def test_chart_4_8_3_default(node: Node) -> None:
+    """No `-f`: dcgm-exporter's default path, where the chart mounts its list."""
+    metrics = charts_metrics()
+    exporter = await node.deploy(Manifest(CHART_4_8_3_ENV, files={DEFAULT_COUNTERS: metrics}))
+    body = await scrape(exporter, trainer_on_gpu0)
+    assert dcgm_fields(body) <= fields_of(metrics)
+    assert "DCGM_FI_DEV_SM_CLOCK" in dcgm_fields(body)
+    assert 'container="main",namespace="ml",pod="trainer"' in \
+        series(body, "DCGM_FI_DEV_SM_CLOCK", "0")[0]
+    log = await stop(exporter)
+    assert ("no -f given, and dcgm-exporter's default /etc/dcgm-exporter/default-counters.csv "
+            "exists") in log
+
+
+async def test_chart_4_8_3_custom_metrics(node: Node) -> None:
+    """`customMetrics`: the user's CSV in the same ConfigMap key, at the same path."""
+    exporter = await node.deploy(Manifest(CHART_4_8_3_ENV,
+                                          files={DEFAULT_COUNTERS: CUSTOM_CSV}))
+    body = await scrape(exporter, trainer_on_gpu0)
+    assert dcgm_fields(body) == {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"}
+
+
+async def test_chart_4_8_3_config_enabled(node: Node) -> None:
+    """`config.enabled`: DCGM_EXPORTER_CONFIG_FILE and the ConfigMap key config.yaml by
+    subPath, beside the metrics list; the file's metrics and interval win over the default
+    path, as no -f or -c is set."""
+    config = ("version: 1\nmetrics:\n  fields:\n"
+              "    - {name: DCGM_FI_DEV_SM_CLOCK, prometheusType: gauge, help: SM clock.}\n"
+              "    - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: Temperature.}\n"
+              "collection:\n  interval: 1s\n  watchGroups:\n"
+              "    - {name: clocks, interval: 1m, fields: ['DCGM_FI_DEV_*_CLOCK']}\n")
+    exporter = await node.deploy(Manifest(
+        {**CHART_4_8_3_ENV, "DCGM_EXPORTER_CONFIG_FILE": "/etc/dcgm-exporter/config.yaml"},
+        files={DEFAULT_COUNTERS: charts_metrics(), "/etc/dcgm-exporter/config.yaml": config}))
+    body = await scrape(exporter, trainer_on_gpu0)
+    assert dcgm_fields(body) == {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP"}
+    log = await stop(exporter)
+    assert "the metrics.fields of" in log and "every 1000 ms" in log, log
+
+
+async def test_chart_4_8_3_arguments(node: Node) -> None:
+    """`arguments`: what users pass there, verbatim (dcgm-exporter's own flags, Go's
+    single-dash spelling included)."""
+    exporter = await node.deploy(Manifest(
+        CHART_4_8_3_ENV, ["-c", "1000", "-rbmn", "-o", "-d", "g", "--kubernetes-gpu-id-type",
+                          "uid"], files={DEFAULT_COUNTERS: CUSTOM_CSV}))
+    body = await scrape(exporter, lambda b: 'pod_name="trainer"' in b)
+    (gpu0,) = series(body, "DCGM_FI_DEV_GPU_TEMP", "0")
+    assert f'uuid="{GPU0}"' in gpu0 and 'modelName="NVIDIA-H100-80GB-HBM3"' in gpu0, gpu0
+    assert ('container_name="main",pod_name="trainer",pod_namespace="ml"' in gpu0
+            or 'pod_name="trainer"' in gpu0), gpu0
+    log = await stop(exporter)
+    assert "every 1000 ms" in log
