@@ -223,8 +223,12 @@ def test_our_dashboard_queries_return_data(prometheus: Prometheus) -> None:
     for variable in variable_queries(dashboard):
         assert prometheus.label_values(variable), variable
     assert prometheus.label_values(
-        "label_values(gpu_enricher_device_allocation_info, namespace)") == [
+        'label_values(gpu_enricher_device_allocation_info{admin_access!="true"}, namespace)') == [
         "inference", "ml", "research", "vision"]  # vision: through DRA claims
+    # The GPU Operator's exporter pod monitors through an admin-access claim: listed, marked.
+    assert prometheus.label_values(
+        'label_values(gpu_enricher_device_allocation_info{admin_access="true"}, namespace)'
+    ) == ["gpu-operator"]
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     for name, variable in variables.items():  # "All" as substituted above
         if variable.get("allValue") is not None:
@@ -257,8 +261,8 @@ def test_dashboard_has_every_panel_of_12239_with_its_query_and_unit() -> None:
     for name, v in {v["name"]: v for v in dashboard_12239()["templating"]["list"]
                     if v["type"] == "query"}.items():
         assert variables[name]["query"] == v["query"], name
-    assert variables["namespace"]["query"] == (
-        "label_values(gpu_enricher_device_allocation_info, namespace)")
+    assert variables["namespace"]["query"] == (  # monitors (admin-access claims) hold nothing
+        'label_values(gpu_enricher_device_allocation_info{admin_access!="true"}, namespace)')
     assert "gpu_enricher_device_allocation_info" in variables["pod"]["query"]
     ids = [p["id"] for p in panels(ours)]
     assert len(ids) == len(set(ids)), "panel ids are unique"
