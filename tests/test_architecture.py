@@ -38,7 +38,9 @@ PARSE_HALVES = (
     "attribution.podlabels", "attribution.jobmap", "collector.cycle", "collector.news",
     "collector.options", "collector.planner", "kube.events", "kube.pods", "kube.slices",
     "kube.claims", "kubelet.answers", "kubelet.statuses",
-    "web.config", "web.config_model", "cli.flag_values", "cli.dcgm_flags", "sim.node",
+    "web.config", "web.config_model", "cli.flag_values", "cli.dcgm_flags", "cli.compat",
+    "cli.options",
+    "sim.node",
     "sim.churn", "sim.cluster_state", "sim.scenario_values", "sim.backend",
     "sim.fake_api.objects", "sim.fake_api.slices", "sim.fake_kubelet.answers",
 )

@@ -4,13 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from gpu_enricher.cli.compat import NEEDS_HOST_ENGINE, NOT_IMPLEMENTED, SERVED_OTHERWISE
 from gpu_enricher.cli.dcgm_flags import DCGM_EXPORTER_FLAGS
-from gpu_enricher.cli.flags import (
-    NEEDS_HOST_ENGINE,
-    NOT_IMPLEMENTED,
-    SERVED_OTHERWISE,
-    compat_flags,
-)
+from gpu_enricher.cli.flags import compat_flags
 from gpu_enricher.cli.main import (
     EXIT_USAGE,
     UsageError,

@@ -6,9 +6,9 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_enricher.cli.compat import NEEDS_HOST_ENGINE, NOT_IMPLEMENTED, SERVED_OTHERWISE
 from gpu_enricher.cli.dcgm_flags import DCGM_EXPORTER_FLAGS
 from gpu_enricher.cli.flag_values import parse_go_duration
-from gpu_enricher.cli.flags import NEEDS_HOST_ENGINE, NOT_IMPLEMENTED, SERVED_OTHERWISE
 from gpu_enricher.cli.main import Note, UsageError, parse_config
 from tests.app.test_process import Exporter, get
 from tests.app.test_process import exporters as exporters  # the fixture

@@ -3,9 +3,6 @@ over a real directory, the collector, and the text /metrics serves, golden, in d
 order (hpc.go adds `hpc_job` to the attribute map: after the label-type fields, sorted with
 container, namespace and pod)."""
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,8 @@ from gpu_enricher.model import PodAssignment
 from gpu_enricher.nvml.backend import NvmlBackend
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
 from tests.fake_nvml.build import FakeNvml
+from tests.kubelet.test_kubelet import kubelet as kubelet  # the fixture
+from tests.kubelet.test_kubelet import socket_dir as socket_dir  # the fixture
 
 CSV = """DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
 DCGM_FI_DRIVER_VERSION, label, Driver version.
@@ -38,21 +37,6 @@ def jobs_dir(tmp_path: Path) -> Path:
     (directory / "2").write_text("9999\n")  # a MIG GPU's whole-GPU file: not its instances'
     (directory / "2.2").write_text("4245\n")
     return directory
-
-
-@pytest.fixture
-def socket_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kubelet-"))  # a unix socket path is short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-async def kubelet(socket_dir: Path) -> AsyncIterator[FakeKubelet]:
-    fake = FakeKubelet(socket_dir / "kubelet.sock")
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 async def metrics_text(jobs_dir: Path, kubelet: FakeKubelet | None = None) -> str:

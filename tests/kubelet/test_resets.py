@@ -28,23 +28,21 @@ from tests.kubelet.test_kubelet import SIM, Clock, make_collector, text_of
 from tests.kubelet.test_kubelet import collectors as collectors  # the fixture
 from tests.kubelet.test_kubelet import kubelet as kubelet  # the fixture
 from tests.kubelet.test_kubelet import socket_dir as socket_dir  # the fixture
-from tests.kubelet.test_wire import GRPC_HEADERS, LIST, RawServer, call, message
+from tests.kubelet.test_wire import GRPC_HEADERS, LIST, Http2Server, RawServer, call, message
 from tests.samples import value
 
 Script = Callable[["ScriptedServer", H2Connection, int, asyncio.StreamWriter], Awaitable[None]]
 """Answers the request on a stream, over time: it writes what the connection has to send."""
 
 
-class ScriptedServer:
+class ScriptedServer(Http2Server):
     """An HTTP/2 server (h2) that runs `script` for each request and records the client's
     requests and the error codes of the streams the client resets."""
 
     def __init__(self, path: Path, script: Script) -> None:
-        self.path = path
+        super().__init__(path, None)
         self.script = script
-        self.requests: list[dict[bytes, bytes]] = []
         self.resets: list[int] = []
-        self._server: asyncio.AbstractServer | None = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = H2Connection(H2Configuration(client_side=False, header_encoding=None))
@@ -67,15 +65,6 @@ class ScriptedServer:
             for task in answering:
                 task.cancel()
             writer.close()
-
-    async def __aenter__(self) -> "ScriptedServer":
-        self._server = await asyncio.start_unix_server(self._serve, str(self.path))
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        self.path.unlink(missing_ok=True)
 
 
 @pytest.fixture

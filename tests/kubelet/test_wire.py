@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 
 import pytest
 from h2.config import H2Configuration
@@ -66,7 +67,7 @@ class Http2Server:
         finally:
             writer.close()
 
-    async def __aenter__(self) -> "Http2Server":
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_unix_server(self._serve, str(self.path))
         return self
 

@@ -15,7 +15,6 @@ from tests.app.test_process import Exporter
 from tests.app.test_process import exporters as exporters  # the fixture
 from tests.samples import value
 from tests.web.test_http_limits import (
-    SLOW_HEAD,
     answer,
     assert_quiet,
     one_connection,
@@ -23,6 +22,7 @@ from tests.web.test_http_limits import (
     stalled_handshake,
     start,
     trickle,
+    trickling,
     until_closed,
     wait_value,
 )
@@ -35,18 +35,6 @@ TIMEOUT = 0.5  # seconds: the timeout under test, where a test sets one
 def assert_cut_at_the_timeout(took: float) -> None:
     # 20 % early is timer slack; 2 s over is a loaded machine, never "open for good".
     assert 0.8 * TIMEOUT <= took < TIMEOUT + 2.0, took
-
-
-async def slow_head(port: int) -> float:
-    """Trickles a head from connecting on (the header timeout is 10 s): seconds until closed."""
-    started = time.monotonic()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    sending = asyncio.create_task(trickle(writer, SLOW_HEAD))
-    try:
-        return await until_closed(reader, started)
-    finally:
-        sending.cancel()
-        writer.close()
 
 
 async def slow_body(port: int) -> float:
@@ -67,7 +55,7 @@ async def slow_body(port: int) -> float:
 async def test_a_request_sent_too_slowly_is_cut_at_the_read_timeout(
         exporters: list[Exporter]) -> None:
     exp = start(exporters, "--web-read-timeout", f"{TIMEOUT * 1000:g}ms")
-    for took in await asyncio.gather(slow_head(exp.port), slow_body(exp.port)):
+    for took in await asyncio.gather(trickling(exp.port), slow_body(exp.port)):
         assert_cut_at_the_timeout(took)
     async with one_connection() as http:
         body = await wait_value(session_fetch(http, exp.base + "/metrics"),

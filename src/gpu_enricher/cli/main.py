@@ -28,6 +28,7 @@ from ..config import (
 from ..exposition.label_drop import unknown_warning
 from ..fields.collection import DCGM_IMAGE_DIR, default_counters_path
 from ..fields.names import HOSTNAME_LABEL_NAMES, LABEL_HOSTNAME, Hostname
+from .compat import NEEDS_HOST_ENGINE, NOT_IMPLEMENTED, SERVED_OTHERWISE
 from .flag_values import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
@@ -68,9 +69,6 @@ from .flag_values import (
     parse_write_timeout,
 )
 from .flags import (
-    NEEDS_HOST_ENGINE,
-    NOT_IMPLEMENTED,
-    SERVED_OTHERWISE,
     SHORT_USAGE,
     build_parser,
     compat_flags,
@@ -127,11 +125,9 @@ def _unimplemented_warnings(args: argparse.Namespace, env: Mapping[str, str]) ->
         elif flag.long in SERVED_OTHERWISE:
             warnings.append(Note(f"{origin}={raw!r}: {SERVED_OTHERWISE[flag.long]}; nothing "
                                  "changes"))
-        else:
-            why = (f" ({NOT_IMPLEMENTED[flag.long]})" if flag.long in NOT_IMPLEMENTED
-                   else " yet")
+        else:  # NOT_IMPLEMENTED (tests/cli: every such flag is in one of the three)
             warnings.append(f"{origin}={raw!r} is a dcgm-exporter option that gpu-enricher "
-                            f"does not implement{why}; ignored")
+                            f"does not implement ({NOT_IMPLEMENTED[flag.long]}); ignored")
     return warnings
 
 
