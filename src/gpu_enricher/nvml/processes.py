@@ -33,7 +33,6 @@ InstanceProcesses = dict[int, ProcessMap]
 """GPU instance id → the processes its MIG device handle lists."""
 
 
-
 def mps_clients(handle: Any) -> Any:
     """The MPS client processes (issue 25): v3, else v2 where the driver has no v3 symbol
     (pynvml raises FUNCTION_NOT_FOUND for a missing symbol). NOT_SUPPORTED, or no symbol at
