@@ -9,7 +9,9 @@ and its clients), with the MPS list read against the same pass without it.
 
 CPU of the pass (`time.thread_time`: the pass runs on this thread), median over `--passes`
 passes per round, `--rounds` rounds alternating the two; with `--real-cost` the fake burns what
-each call costs on a real H100 (`FAKE_NVML_COST_PROFILE=h100`: 5 µs per list call).
+each call costs on a real H100 (`FAKE_NVML_COST_PROFILE=h100`: 5 µs per list call). The pass's
+own jitter is larger than the list, so the list is also timed alone: one MPS read
+(`nvml.processes.mps_clients`) of a GPU with 12 clients and of one with none, median of 5000.
 
     .venv/bin/python bench/mps_cost.py [--passes 200] [--rounds 5] [--real-cost]
 """
@@ -64,6 +66,28 @@ def round_cpu(fake: Any, mps: bool, passes: int, fields: frozenset[str]) -> list
     return spent
 
 
+def read_cpu_us(fake: Any, clients: int) -> float:
+    """One MPS list read of GPU 0 (pynvml's size query and read), thread CPU, median."""
+    processes = importlib.import_module("gpu_enricher.nvml.processes")
+    pynvml = importlib.import_module("pynvml")
+    os.environ["FAKE_NVML_PROCESSES"] = "0=" + ",".join(
+        f"{20_000 + n}:1024::::m" for n in range(clients))
+    os.environ["FAKE_NVML_NOT_SUPPORTED"] = ""
+    fake.reset()
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        assert len(processes.mps_clients(handle)) == clients
+        spent = []
+        for _ in range(5000):
+            start = time.thread_time_ns()
+            processes.mps_clients(handle)
+            spent.append(time.thread_time_ns() - start)
+    finally:
+        pynvml.nvmlShutdown()
+    return median(spent) / 1000
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=200)
@@ -93,6 +117,9 @@ def main() -> int:
     rounds = ", ".join(f"{(w - o) * 1e6:.0f}"
                        for w, o in zip(medians[True], medians[False], strict=True))
     print(f"added per pass: {(with_ - without) * 1e6:.0f} µs (rounds: {rounds})")
+    full, empty = read_cpu_us(fake, 12), read_cpu_us(fake, 0)
+    print(f"one MPS list read: {full:.1f} µs with 12 clients, {empty:.1f} µs with none; "
+          f"x {GPU_COUNT} GPUs: {full * GPU_COUNT:.0f} µs, {empty * GPU_COUNT:.0f} µs per pass")
     return 0
 
 
