@@ -56,7 +56,9 @@ class ProcessSample:
     """Ratio 0..1 of SM time since the previous pass; None: NVML had no sample for it."""
     memory_utilization: float | None = None
     kind: str = "compute"
-    """`compute` or `graphics` (a process in both lists is reported once, as compute)."""
+    """`mps` (an MPS client), `compute` or `graphics`: NVML's lists, a process in several
+    reported once, in that order of precedence; `mps-server` once /proc names it the MPS
+    server or control daemon (attribution/workloads.py)."""
 
 
 @dataclass(frozen=True, slots=True)

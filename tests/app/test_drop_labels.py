@@ -1,4 +1,4 @@
-"""`--drop-labels` on the simulated node (GPUs, MIG instances, a time-sliced GPU with virtual
+"""`--drop-labels` on the simulated node (GPUs, MIG instances, an MPS-shared GPU with virtual
 GPUs, DRA claims, pod labels and UIDs, processes): the dropped labels are gone from every DCGM
 and per-process series, every series is still there, and no two became one."""
 

@@ -295,8 +295,8 @@ async def test_query_api_and_inspect_answer_who_is_on_a_gpu(node: Node) -> None:
             env=proxied)
         assert result.returncode == 0, result.stderr
         rows = [r.split() for r in result.stdout.splitlines()]
-        assert ["0", "-", "102", "tritonserver", "1024", "10%", "serve", "chat-1", "server",
-                "NO"] in rows, result.stdout
+        assert ["0", "-", "102", "tritonserver", "compute", "1024", "10%", "serve", "chat-1",
+                "server", "NO"] in rows, result.stdout
     finally:
         await server.close()
     unreachable = await asyncio.to_thread(

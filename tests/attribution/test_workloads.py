@@ -6,6 +6,7 @@ import pytest
 from gpu_enricher.attribution.devices import Attribution, EntityKey, Holder
 from gpu_enricher.attribution.workloads import (
     EMPTY_INDEX,
+    MPS_SERVER,
     Allocation,
     GpuProcess,
     PodIndex,
@@ -363,3 +364,25 @@ def test_per_pod_sums_memory_and_sm_per_device_and_pod() -> None:
 def test_per_pod_of_nothing_is_empty() -> None:
     assert per_pod([]) == {}
     assert per_pod([process((0, None), 1, MIB, 0.5, None)]) == {}
+
+
+@pytest.mark.parametrize("comm", ["nvidia-cuda-mps", "nvidia-cuda-mps-server"[:15]])
+def test_the_mps_server_is_infrastructure(comm: str) -> None:
+    """Its pod (the device plugin's daemon) holds no GPU: not flagged, not in its pod's sums;
+    an MPS client beside it is an ordinary pod process."""
+    server = HostProcess(300, 5000, comm, REF_A)
+    node = NodeSnapshot((gpu(0, UUID0, ProcessSample(300, 300 * MIB, sm_utilization=0.6),
+                             ProcessSample(100, 3 * MIB, sm_utilization=0.2, kind="mps")),))
+    found = gpu_processes(node, table(server, POD_PROC), API, alloc(Attribution({})))
+    assert [(p.sample.pid, p.sample.kind, p.allocated) for p in found] == [
+        (300, MPS_SERVER, None), (100, "mps", False)]
+    assert found[0].workload == Workload("ml", "train-0", "trainer", UID_A)
+    assert per_pod(found) == {((0, None), "ml", "train-0"): (3 * MIB, pytest.approx(0.2))}
+
+
+def test_only_the_daemons_comm_is_the_mps_server() -> None:
+    """A name that only resembles it (here one character short) is an ordinary process."""
+    other = HostProcess(300, 5000, "nvidia-cuda-mp", REF_A)
+    node = NodeSnapshot((gpu(0, UUID0, ProcessSample(300, MIB)),))
+    (found,) = gpu_processes(node, table(other), API, None)
+    assert found.sample.kind == "compute"

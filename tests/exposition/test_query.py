@@ -256,12 +256,12 @@ def test_tables() -> None:
     assert device_lines[5].rstrip().endswith("-")  # the free GPU: nobody holds it
     assert "(lost)" in device_lines[6]
     procs = rows(out, "GPU  GI  PID")
-    assert procs["100"] == ["0", "-", "100", "python3", "1024", "40%", "ml", "train-0",
+    assert procs["100"] == ["0", "-", "100", "python3", "compute", "1024", "40%", "ml", "train-0",
                             "trainer", "yes"]
-    assert procs["200"] == ["0", "-", "200", "Xorg", "64", "-", "-", "-", "-", "-"]
-    assert procs["300"] == ["0", "-", "300", "jupyter", "256", "2%", "dev", "notebook",
+    assert procs["200"] == ["0", "-", "200", "Xorg", "graphics", "64", "-", "-", "-", "-", "-"]
+    assert procs["300"] == ["0", "-", "300", "jupyter", "compute", "256", "2%", "dev", "notebook",
                             "jupyter", "NO"]
-    assert procs["400"] == ["1", "5", "400", "tritonserver", "512", "-", "ml", "infer-0",
+    assert procs["400"] == ["1", "5", "400", "tritonserver", "compute", "512", "-", "ml", "infer-0",
                             "server", "yes"]
 
 

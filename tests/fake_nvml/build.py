@@ -38,8 +38,9 @@ class FakeProcess:
     sm_percent: int | None = None
     """None: nvmlDeviceGetProcessUtilization has no sample for it."""
     mem_percent: int | None = None
-    kind: Literal["c", "g", "b"] = "c"
-    """c: compute list, g: graphics list, b: both."""
+    kind: Literal["c", "g", "b", "m", "M"] = "c"
+    """c: compute list, g: graphics list, b: both; m: the MPS list (an MPS client), M: the
+    MPS and compute lists."""
     hide_gi: bool = False
     """The parent GPU's lists report gpuInstanceId 0xFFFFFFFF (its MIG handle still lists it)."""
 

@@ -350,6 +350,7 @@ enum ns_key {
     KEY_INFOROM,
     KEY_BRAND,
     KEY_P2P,
+    KEY_MPS,
     KEY_COUNT,
     KEY_NONE = -1
 };
@@ -359,7 +360,7 @@ static const char *const KEY_NAMES[KEY_COUNT] = {
     "power", "energy",  "clock",       "temp",   "memtemp",
     "pcie_replay", "minor", "processes", "serial", "vbios",
     "proc_util", "violation", "clock_events", "retired", "nvlink", "license",
-    "power_limit", "fan", "pstate", "inforom", "brand", "p2p",
+    "power_limit", "fan", "pstate", "inforom", "brand", "p2p", "mps",
 };
 _Static_assert(KEY_COUNT <= 32, "NOT_SUPPORTED keys are bits of a uint32_t");
 
@@ -422,6 +423,8 @@ static int key_from_name(const char *s, size_t len)
     X(nvmlDeviceGetP2PStatus)                       \
     X(nvmlDeviceGetComputeRunningProcesses_v3)      \
     X(nvmlDeviceGetGraphicsRunningProcesses_v3)     \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v3)   \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v2)   \
     X(nvmlDeviceGetProcessUtilization)              \
     X(nvmlDeviceGetMigMode)                         \
     X(nvmlDeviceIsMigDeviceHandle)                  \
@@ -551,8 +554,9 @@ struct mig_cfg {
     struct gi_cfg gi[MAX_MIG_INSTANCES];
 };
 
-/* Process kinds: the running-process lists a process is in. */
-enum { KIND_COMPUTE = 1u, KIND_GRAPHICS = 2u };
+/* Process kinds: the running-process lists a process is in. KIND_MPS: the MPS
+ * list (an MPS client). */
+enum { KIND_COMPUTE = 1u, KIND_GRAPHICS = 2u, KIND_MPS = 4u };
 
 struct proc_cfg {
     unsigned pid;
@@ -910,6 +914,10 @@ static int parse_proc(const char *p, const char *end, struct proc_cfg *out)
         out->kinds = KIND_GRAPHICS;
     else if (strcmp(f[5], "b") == 0)
         out->kinds = KIND_COMPUTE | KIND_GRAPHICS;
+    else if (strcmp(f[5], "m") == 0)
+        out->kinds = KIND_MPS;
+    else if (strcmp(f[5], "M") == 0)
+        out->kinds = KIND_MPS | KIND_COMPUTE; /* nvidia-smi's M+C */
     else
         return -1;
     return 0;
@@ -2672,7 +2680,8 @@ static nvmlReturn_t running_processes(enum sym s, unsigned kind,
                                       nvmlProcessInfo_v3_t *infos)
 {
     struct dev_ref r;
-    nvmlReturn_t rc = begin_dev(s, device, &r, ANY, KEY_PROCESSES);
+    nvmlReturn_t rc = begin_dev(s, device, &r, ANY,
+                                kind == KIND_MPS ? KEY_MPS : KEY_PROCESSES);
     if (rc != NVML_SUCCESS)
         return leave(rc);
     if (!infoCount)
@@ -2716,6 +2725,22 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(
 {
     return running_processes(SYM_nvmlDeviceGetGraphicsRunningProcesses_v3,
                              KIND_GRAPHICS, device, infoCount, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v3_t *infos)
+{
+    return running_processes(SYM_nvmlDeviceGetMPSComputeRunningProcesses_v3,
+                             KIND_MPS, device, infoCount, infos);
+}
+
+/* The v2 struct is laid out as v3 (pid, usedGpuMemory, gpuInstanceId,
+ * computeInstanceId), as in nvml.h. */
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(
+    nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v3_t *infos)
+{
+    return running_processes(SYM_nvmlDeviceGetMPSComputeRunningProcesses_v2,
+                             KIND_MPS, device, infoCount, infos);
 }
 
 /*

@@ -412,6 +412,7 @@ def check_not_supported_keys(fake: FakeNvml) -> None:
         "inforom": lambda: pynvml.nvmlDeviceGetInforomImageVersion(h),
         "brand": lambda: pynvml.nvmlDeviceGetBrand(h),
         "p2p": lambda: pynvml.nvmlDeviceGetP2PStatus(h, pynvml.nvmlDeviceGetHandleByIndex(1), 2),
+        "mps": lambda: pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v3(h),
     }
     expect("keys cover all probes + memtemp, nvlink", sorted(fake.keys),
            sorted([*probes, "memtemp", "nvlink"]))
@@ -809,6 +810,20 @@ def check_processes(fake: FakeNvml) -> None:
     )
     expect("calls(nvmlDeviceGetProcessUtilization)",
            fake.calls("nvmlDeviceGetProcessUtilization"), 8)
+
+    section("MPS clients: kinds m and M, key mps")
+    fake.set_processes(1, "10:100,11:200::::m,12:300::50::M")
+    mps = [(11, 200 * MIB, none, none), (12, 300 * MIB, none, none)]
+    expect("GPU 1 MPS v3 (m, M)", procs(pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v3, h1), mps)
+    expect("GPU 1 MPS v2", procs(pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v2, h1), mps)
+    expect("GPU 1 compute (c, M)",
+           [p[0] for p in procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h1)], [10, 12])
+    fake.set_not_supported(1, "mps")
+    expect_error("key mps: NOT_SUPPORTED", pynvml.NVMLError_NotSupported,
+                 lambda: pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v3(h1))
+    expect("  compute list still answers",
+           len(procs(pynvml.nvmlDeviceGetComputeRunningProcesses, h1)), 2)
+    fake.set_not_supported(1, "mps", False)
 
     section("processes set at run time")
     fake.set_processes(1, [(7, 128, None, 55, 5), FakeProcess(8, 1, sm_percent=3, kind="b")])

@@ -282,7 +282,7 @@ async def test_allocatable_and_allocated_counts(kubelet: FakeKubelet,
     allocated = "gpu_enricher_kubelet_allocated_devices"
     assert value(text, allocated, resource="nvidia.com/gpu") == 3
     assert value(text, allocated, resource="nvidia.com/mig-3g.40gb") == 1
-    # The H100 and the two replicas of the time-sliced A100; the L4 is the DRA driver's.
+    # The H100 and the two replicas of the MPS-shared A100; the L4 is the DRA driver's.
     assert value(text, "gpu_enricher_kubelet_allocatable_devices", resource="nvidia.com/gpu") == 3
     assert "amd.com" not in text
     assert value(text, "gpu_enricher_device_allocation_info",

@@ -262,3 +262,75 @@ def test_attribution_keeps_known_instances() -> None:
                       5: {9: ProcessSample(9, None, 5)}})
     assert [(p.pid, p.gpu_instance_id, p.kind) for p in procs.values()] == [
         (1, 3, "compute"), (2, 4, "graphics"), (9, 5, "compute")]
+
+
+MPS_V3 = "nvmlDeviceGetMPSComputeRunningProcesses_v3"
+MPS_V2 = "nvmlDeviceGetMPSComputeRunningProcesses_v2"
+
+
+def test_mps_clients_are_read_with_their_type(fake: FakeNvml, nvml: Any) -> None:
+    # 300: the MPS server (compute list); 301: a client only the MPS list shows; 302: a client
+    # in the MPS and compute lists (nvidia-smi's M+C), reported once, as mps.
+    backend = nvml(gpu_count="1", processes="0=300:40,301:1024::::m,302:2048::35::M")
+    snap = sample(backend)
+    assert summary(snap.gpus[0].processes) == [
+        (301, 1024 * MIB, None, None, None, "mps"),
+        (302, 2048 * MIB, None, pytest.approx(0.35), 0.0, "mps"),
+        (300, 40 * MIB, None, None, None, "compute"),
+    ]
+    assert snap.errors == ()
+    # pynvml's size query and its read: two library calls per read.
+    assert (fake.calls(MPS_V3), fake.calls(MPS_V2)) == (2, 0)
+
+
+def test_mps_clients_of_mig_instances(fake: FakeNvml, nvml: Any) -> None:
+    backend = nvml(gpu_count="1", mig="0=1:9,2:19", processes="0=400:10:1:::m,401:20:~2:::m")
+    snap = sample(backend)
+    assert [(p.pid, p.gpu_instance_id, p.kind) for p in snap.gpus[0].processes] == [
+        (400, 1, "mps"), (401, 2, "mps")]
+    assert fake.calls(MPS_V3) == 3 * 2, "the GPU and each of its two MIG devices"
+
+
+def test_mps_not_supported_is_remembered_per_device(fake: FakeNvml, nvml: Any) -> None:
+    backend = nvml(gpu_count="2", processes="0=100:512;1=200:64::::m", not_supported="0:mps")
+    for _ in range(3):
+        snap = sample(backend)
+        assert [(p.pid, p.kind) for g in snap.gpus for p in g.processes] == [
+            (100, "compute"), (200, "mps")]
+        assert snap.errors == ()
+    assert fake.calls(MPS_V3) == 1 + 3 * 2, "GPU 0 asked once, GPU 1 every pass (size, read)"
+
+
+def test_mps_falls_back_to_v2_without_the_v3_symbol(
+        fake: FakeNvml, nvml: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = nvml(gpu_count="1", processes="0=500:128::::m")
+
+    def missing(handle: Any) -> Any:  # what pynvml raises for a symbol the driver lacks
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, MPS_V3, missing)
+    for passes in (1, 2):
+        snap = sample(backend)
+        assert [(p.pid, p.used_memory_bytes, p.kind) for p in snap.gpus[0].processes] == [
+            (500, 128 * MIB, "mps")]
+        assert fake.calls(MPS_V2) == 2 * passes
+    assert snap.errors == ()
+
+
+def test_mps_read_failure_costs_only_that_list(fake: FakeNvml, nvml: Any,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = nvml(gpu_count="1", processes="0=100:512,101:64::::m")
+
+    real = pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v3
+    failures = [pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)]
+
+    def failing_once(handle: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return real(handle)
+
+    monkeypatch.setattr(pynvml, MPS_V3, failing_once)
+    snap = sample(backend)
+    assert [p.pid for p in snap.gpus[0].processes] == [100]
+    assert [e.reason for e in snap.errors] == ["Timeout"]
+    assert [p.pid for p in sample(backend).gpus[0].processes] == [101, 100], "asked again"

@@ -5,10 +5,14 @@ A process's (pod UID, container ID) comes from its cgroup; its names come, in th
 the Kubernetes API's pods, the kubelet's log directory names, and finally the device's
 pod-resources holders when exactly one pod holds it. A host process stays unattributed: its
 series carry no pod labels at all (dcgm-exporter #109, #347 asked for this attribution).
+
+On a GPU shared through MPS the clients are NVML's MPS list, attributed like any process; the
+MPS server (in the compute list) and its control daemon run in the device plugin's daemon pod
+and are infrastructure: type `mps-server`, never their pod's use (issue 25).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from ..model import (
@@ -24,6 +28,11 @@ from ..model import (
 from .devices import Attribution, EntityKey, Holder
 
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+MPS_DAEMON_COMM: Final = "nvidia-cuda-mps"
+"""`/proc/PID/comm` of both `nvidia-cuda-mps-server` and `nvidia-cuda-mps-control`: the kernel
+keeps 15 characters of a name."""
+MPS_SERVER: Final = "mps-server"
+"""The type of the MPS server's (or control daemon's) process."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -48,7 +57,8 @@ class GpuProcess:
     workload: Workload | None
     allocated: bool | None
     """Whether its pod holds this device per pod-resources; None when unknown (a host
-    process, or no kubelet answer to compare with)."""
+    process, or no kubelet answer to compare with) and for the MPS server (infrastructure:
+    its daemon pod holds no GPU by design)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +188,15 @@ def gpu_processes(
             key, instance = _entity(gpu, sample)
             holders = allocation.holders.get(key, ()) if allocation is not None else ()
             host = table.processes.get(sample.pid)
+            name = host.name if host is not None else ""
             workload = (resolve(host.container, indexes, holders)
                         if host is not None and host.container is not None else None)
             allocated = (allocation.decide(gpu, key, workload)
                          if workload is not None and allocation is not None else None)
-            result.append(GpuProcess(key, gpu, instance, sample,
-                                     host.name if host is not None else "", workload, allocated))
+            if name == MPS_DAEMON_COMM:
+                sample = replace(sample, kind=MPS_SERVER)
+                allocated = None
+            result.append(GpuProcess(key, gpu, instance, sample, name, workload, allocated))
     return tuple(result)
 
 
@@ -206,10 +219,11 @@ PodUsage = dict[tuple[EntityKey, str, str], tuple[int, float | None]]
 
 def per_pod(processes: Iterable[GpuProcess]) -> PodUsage:
     """(device, namespace, pod) → (used memory bytes, SM ratio) summed over its processes;
-    the ratio is None when no process of the pod had a utilisation sample."""
+    the ratio is None when no process of the pod had a utilisation sample. The MPS server is
+    left out: its pod runs it for the clients, whose own figures are their pods' use."""
     sums: dict[tuple[EntityKey, str, str], tuple[int, float | None]] = {}
     for proc in processes:
-        if proc.workload is None:
+        if proc.workload is None or proc.sample.kind == MPS_SERVER:
             continue
         key = (proc.key, proc.workload.namespace, proc.workload.pod)
         memory, sm = sums.get(key, (0, None))

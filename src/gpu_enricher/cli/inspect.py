@@ -99,7 +99,7 @@ def tables(document: dict[str, Any]) -> str:
             for proc in device["processes"]:
                 allocated = {True: "yes", False: "NO", None: "-"}[proc.get("allocated")]
                 processes.append([str(gpu["index"]), gi, str(proc["pid"]), proc["name"] or "?",
-                                  _mib(proc.get("memory_used_bytes")),
+                                  proc.get("type") or "-", _mib(proc.get("memory_used_bytes")),
                                   _pct(proc.get("sm_utilization_ratio")),
                                   proc.get("namespace") or "-", proc.get("pod") or "-",
                                   proc.get("container") or "-", allocated])
@@ -107,7 +107,7 @@ def tables(document: dict[str, Any]) -> str:
                   devices)
     lines.append("")
     if processes:
-        lines += _grid(["GPU", "GI", "PID", "PROCESS", "MiB", "SM", "NAMESPACE", "POD",
+        lines += _grid(["GPU", "GI", "PID", "PROCESS", "TYPE", "MiB", "SM", "NAMESPACE", "POD",
                         "CONTAINER", "ALLOCATED"], processes)
     elif not document.get("process_metrics"):
         lines.append("No processes: start the exporter with --process-metrics.")

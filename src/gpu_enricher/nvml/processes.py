@@ -5,7 +5,7 @@ importers of pynvml); runs only on the NVML thread.
 """
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Final
@@ -32,19 +32,36 @@ ProcessMap = dict[int, ProcessSample]
 InstanceProcesses = dict[int, ProcessMap]
 """GPU instance id → the processes its MIG device handle lists."""
 
-_LISTS: Final = (
-    # (kind, unsupported key, pynvml function). Compute first: a process in both lists is
-    # reported once, as compute.
-    ("compute", "processes", "nvmlDeviceGetComputeRunningProcesses"),
-    ("graphics", "graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses"),
+
+def mps_clients(handle: Any) -> Any:
+    """The MPS client processes (issue 25): v3, else v2 where the driver has no v3 symbol
+    (pynvml raises FUNCTION_NOT_FOUND for a missing symbol). NOT_SUPPORTED, or no symbol at
+    all, is remembered per device by the reader, so an MPS-less GPU is asked once."""
+    try:
+        return pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v3(handle)
+    except pynvml.NVMLError as exc:
+        if exc.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+            raise
+    return pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v2(handle)
+
+
+_LISTS: Final[tuple[tuple[str, str, Callable[[Any], Any]], ...]] = (
+    # (kind, unsupported key, reading). MPS first: a client the compute list shows too
+    # (nvidia-smi's `M+C`) is reported once, as mps; then compute: a process in the compute
+    # and graphics lists is reported once, as compute. The MPS server is in the compute list;
+    # attribution/workloads.py tells it by its name.
+    ("mps", "mps_processes", mps_clients),
+    ("compute", "processes", lambda h: pynvml.nvmlDeviceGetComputeRunningProcesses(h)),
+    ("graphics", "graphics_processes", lambda h: pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)),
 )
 
 
 def running_processes(reader: DeviceReader, handle: Any) -> ProcessMap:
-    """Compute and graphics processes of one device handle (a GPU or a MIG device)."""
+    """MPS client, compute and graphics processes of one device handle (a GPU or a MIG
+    device)."""
     found: ProcessMap = {}
     for kind, key, function in _LISTS:
-        for p in reader.call(key, partial(getattr(pynvml, function), handle)) or ():
+        for p in reader.call(key, partial(function, handle)) or ():
             pid = int(p.pid)
             if pid not in found:
                 found[pid] = ProcessSample(

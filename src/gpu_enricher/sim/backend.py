@@ -175,7 +175,7 @@ class SimulatedBackend:
         sm = None if mig else round(self._within(proc.sm_utilization,
                                                  self._load(t, "pid", proc.pid)), 4)
         return ProcessSample(proc.pid, proc.used_memory_mib * MIB, proc.gpu_instance_id, sm,
-                             None if sm is None else round(0.4 * sm, 4))
+                             None if sm is None else round(0.4 * sm, 4), proc.kind)
 
     def _limits(self, gpu: SimGpu, t: float, busy: float) -> dict[str, FieldValue]:
         """Power limits, throttling and identity labels as a passively cooled data-centre GPU

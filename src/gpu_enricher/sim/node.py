@@ -28,6 +28,7 @@ class SimProcess:
     pod: tuple[str, str] | None = None  # (namespace, pod); None: a host process
     container: str | None = None
     sm_utilization: Range = (0.0, 0.0)  # ratio 0..1
+    kind: str = "compute"  # NVML's list: compute, graphics, or mps (an MPS client)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,9 @@ _POD_KEYS: Final = frozenset({
 })
 _INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
 _PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod", "container",
-                                  "sm_utilization"})
+                                  "sm_utilization", "type"})
+_PROCESS_TYPES: Final = ("compute", "graphics", "mps")
+"""NVML's lists; the MPS server is a compute process named `nvidia-cuda-mps-server`."""
 _TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods",
                               "churn"})
 
@@ -196,6 +198,10 @@ def _process(raw: Any, at: At) -> SimProcess:
     spec = as_mapping(raw, at)
     check_keys(spec, _PROCESS_KEYS, at)
     gi = spec.get("gi")
+    kind = opt(spec, at, "type", "compute", as_text)
+    if kind not in _PROCESS_TYPES:
+        raise at.field(spec, "type").error(
+            f"one of {', '.join(_PROCESS_TYPES)}, got {show(kind)}")
     return SimProcess(
         pid=as_int(spec.get("pid"), at.field(spec, "pid"), PID_MAX),
         used_memory_mib=opt(spec, at, "used_memory_mib", 0, as_int),
@@ -204,6 +210,7 @@ def _process(raw: Any, at: At) -> SimProcess:
         pod=opt(spec, at, "pod", None, as_pod_ref),
         container=opt(spec, at, "container", None, as_text),
         sm_utilization=opt(spec, at, "sm_utilization", (0.0, 0.0), as_ratio),
+        kind=kind,
     )
 
 
