@@ -57,7 +57,7 @@ RELABELINGS: list[dict[str, Any]] = [
 # Dashboard variables, substituted the way "All" selects them (their allValue; claim's is .*,
 # so that series without a DRA claim still match); intervals as Grafana fills them.
 VARIABLES = {"instance": ".+", "gpu": ".+", "namespace": ".+", "pod": ".+", "claim": ".*",
-             "__rate_interval": "1m", "__interval": "1m"}
+             "__rate_interval": "1m", "__interval": "1m", "__range": "1h"}
 LABEL_VALUES = re.compile(r"^label_values\((?P<match>.+),\s*(?P<label>\w+)\)$")
 
 Series = dict[str, Any]
@@ -267,7 +267,7 @@ def test_dashboard_has_every_panel_of_12239_with_its_query_and_unit() -> None:
     ids = [p["id"] for p in panels(ours)]
     assert len(ids) == len(set(ids)), "panel ids are unique"
     rows = [p["title"] for p in panels(ours) if p["type"] == "row"]
-    assert len(rows) == 6, rows
+    assert len(rows) == 7, rows
     for panel in panels(ours):
         assert {"h", "w", "x", "y"} <= set(panel["gridPos"]), panel["title"]
         if panel["type"] != "row":
@@ -278,7 +278,8 @@ def test_dashboard_has_every_panel_of_12239_with_its_query_and_unit() -> None:
                    "gpu_enricher_kubelet_allocatable_devices",
                    "gpu_enricher_device_allocation_info", "gpu_enricher_gpu_up",
                    "gpu_enricher_kubelet_up", "gpu_enricher_collection_errors_total",
-                   "gpu_enricher_last_collection_duration_seconds"):
+                   "gpu_enricher_last_collection_duration_seconds",
+                   "gpu_enricher_pod_gpu_seconds_total"):
         assert metric in text, metric
 
 
