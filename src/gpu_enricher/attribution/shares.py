@@ -18,8 +18,16 @@ The shares on one device never add up to more than the device.
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
-from ..model import AllocatableDevices, GpuSnapshot, PodAssignment
-from .devices import Attribution, EntityKey, Holder, attribute
+from ..model import AllocatableDevices, GpuSnapshot
+from .devices import (
+    Attribution,
+    EntityKey,
+    Holder,
+    is_gpu_resource,
+    node_index,
+    parse_device_id,
+    resolve,
+)
 
 Tenant = tuple[str, str, str, str]
 """(namespace, pod, container, resource): one series of GPU time."""
@@ -33,10 +41,17 @@ def offered_replicas(gpus: Sequence[GpuSnapshot],
     """Replica device IDs the kubelet offers per GPU or MIG instance (shared devices only)."""
     if allocatable is None:
         return {}
-    offered = attribute(gpus, [PodAssignment("", "", "", d.resource, d.device_ids)
-                               for d in allocatable], extra_resources)
-    return {key: count for key, holders in offered.holders.items()
-            if (count := len({h.device_id for h in holders if h.replica is not None}))}
+    node = node_index(gpus)
+    ids: dict[EntityKey, set[str]] = {}
+    for devices in allocatable:
+        if not is_gpu_resource(devices.resource, extra_resources):
+            continue
+        for device_id in devices.device_ids:
+            ref = parse_device_id(device_id)
+            if ref is not None and ref.replica is not None and \
+                    (key := resolve(ref, node)) is not None:
+                ids.setdefault(key, set()).add(device_id)
+    return {key: len(found) for key, found in ids.items()}
 
 
 def device_share(gpus_by_index: Mapping[int, GpuSnapshot], key: EntityKey) -> float:
@@ -54,29 +69,28 @@ def device_share(gpus_by_index: Mapping[int, GpuSnapshot], key: EntityKey) -> fl
     return 0.0
 
 
-def _split(holders: tuple[Holder, ...], replicas: int) -> dict[Holder, float]:
-    """Fractions of one device per holder, before its own share is applied."""
-    parts: dict[Holder, float] = {}
+def _split(holders: tuple[Holder, ...], replicas: int) -> list[tuple[Holder, float]]:
+    """Fractions of one device per holding, before the device's own share is applied."""
+    parts: list[tuple[Holder, float]] = []
     plugin = [h for h in holders if h.claim is None]
-    shared = [h for h in plugin if h.replica is not None]
-    if shared:
-        ids = {h.device_id for h in shared}
-        per_id = 1.0 / max(replicas, len(ids))
-        for device_id in ids:  # a replica listed twice (a finished pod): its first holder
-            parts[next(h for h in shared if h.device_id == device_id)] = per_id
+    first: dict[str, Holder] = {}  # a replica listed twice (a finished pod): its first holder
+    for h in plugin:
+        if h.replica is not None:
+            first.setdefault(h.device_id, h)
+    if first:
+        parts += [(h, 1.0 / max(replicas, len(first))) for h in first.values()]
     elif plugin:
-        parts[plugin[0]] = 1.0
+        parts.append((plugin[0], 1.0))
     claims: dict[tuple[str, str, str | None], list[Holder]] = {}
     for h in holders:
         if h.claim is not None:
             claims.setdefault((h.claim.claim_namespace, h.claim.claim_name, h.replica),
                               []).append(h)
-    for members in claims.values():
-        for h in members:
-            parts[h] = parts.get(h, 0.0) + 1.0 / len(claims) / len(members)
-    total = sum(parts.values())
+    parts += [(h, 1.0 / len(claims) / len(members))
+              for members in claims.values() for h in members]
+    total = sum(part for _, part in parts)
     # A device both a device plugin and a DRA driver hand out: never more than the device.
-    return {h: part / total for h, part in parts.items()} if total > 1.0 else parts
+    return [(h, part / total) for h, part in parts] if total > 1.0 else parts
 
 
 def held_shares(gpus: Sequence[GpuSnapshot], attribution: Attribution,
@@ -89,7 +103,7 @@ def held_shares(gpus: Sequence[GpuSnapshot], attribution: Attribution,
         whole = device_share(by_index, key)
         if whole <= 0.0:
             continue
-        for h, part in _split(holders, replicas.get(key, 0)).items():
+        for h, part in _split(holders, replicas.get(key, 0)):
             tenant = (h.namespace, h.pod, h.container, h.resource)
             shares[tenant] = shares.get(tenant, 0.0) + whole * part
     return shares
