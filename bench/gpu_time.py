@@ -79,12 +79,14 @@ def main() -> None:
     inputs = CycleInputs(gpus, None, answer)
     options = JoinOptions(hostname="node")
     timed(added, 50)  # warm up
-    for name, step in (("gpu time, added per pass", added),
+    print(f"| per pass ({args.passes} passes, {PODS} pods on {GPUS} GPUs) | median µs | p90 µs |")
+    print("|---|---|---|")
+    for name, step in (("GPU time, added", added),
                        ("compose without a plan (for scale)", lambda: compose(inputs, options))):
         found = sorted(timed(step, args.passes))
-        print(f"{name}: median {statistics.median(found):.0f} µs, "
-              f"p90 {found[int(len(found) * 0.9)]:.0f} µs ({args.passes} passes)")
-    print(f"series: {len(ledger.totals)}")
+        print(f"| {name} | {statistics.median(found):.0f} | "
+              f"{found[int(len(found) * 0.9)]:.0f} |")
+    assert len(ledger.totals) == PODS
 
 
 if __name__ == "__main__":
