@@ -131,3 +131,21 @@ def test_the_simulated_node_bills_gpu_seconds_by_share(exporters: list[Exporter]
 
 def metrics(exp: Exporter) -> dict[str, float]:
     return seconds(get(exp.base + "/metrics")[1])
+
+
+async def test_a_lost_gpu_is_not_billed_while_lost(cluster: Cluster) -> None:
+    """GPU_IS_LOST on the held GPU: the step the last healthy pass saw is billed, then nothing
+    until NVML answers for it again; the series stays (the pod still holds it)."""
+    cluster.kubelet.set_assignments([PodAssignment("ml", "whole", "main", GPU, (GPU0,))])
+    await cluster.text()
+    await asyncio.sleep(0.05)
+    before_loss = seconds(await cluster.text())["whole"]
+    assert before_loss > 0
+    cluster.fake.set_lost(0)
+    lost = seconds(await cluster.text())["whole"]  # the step before the loss was seen
+    await asyncio.sleep(0.05)
+    assert seconds(await cluster.text())["whole"] == lost
+    cluster.fake.set_lost(0, False)
+    assert seconds(await cluster.text())["whole"] == lost, "back: billed from this pass on"
+    await asyncio.sleep(0.05)
+    assert seconds(await cluster.text())["whole"] > lost

@@ -80,8 +80,8 @@ def test_an_exclusive_gpu_listed_for_a_finished_pod_bills_only_its_holder() -> N
 
 def test_a_lost_gpu_and_an_instance_of_unknown_slices_count_nothing() -> None:
     assignments = [held("a", GPU, U0), held("b", "nvidia.com/mig-3g.40gb", MIG3)]
-    assert shares(node(lost=True), assignments) == {"b": 3 / 7}
-    assert shares(node(slices=False), assignments) == {"a": 1.0}
+    assert shares(node(lost=True), assignments) == {"a": 0.0, "b": 3 / 7}
+    assert shares(node(slices=False), assignments) == {"a": 1.0, "b": 0.0}
 
 
 def claims(*allocations: ClaimAllocation, admin: frozenset[tuple[str, str, str, str, str]]

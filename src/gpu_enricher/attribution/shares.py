@@ -96,13 +96,12 @@ def _split(holders: tuple[Holder, ...], replicas: int) -> list[tuple[Holder, flo
 def held_shares(gpus: Sequence[GpuSnapshot], attribution: Attribution,
                 replicas: Mapping[EntityKey, int] = NO_REPLICAS) -> dict[Tenant, float]:
     """Each (namespace, pod, container, resource)'s share of a whole GPU, summed over what
-    it holds; a tenant holding nothing measurable is absent."""
+    it holds. A holder of a device that counts nothing now (lost) is there with 0: it still
+    holds it, so its series goes on."""
     by_index = {gpu.identity.index: gpu for gpu in gpus}
     shares: dict[Tenant, float] = {}
     for key, holders in attribution.holders.items():
         whole = device_share(by_index, key)
-        if whole <= 0.0:
-            continue
         for h, part in _split(holders, replicas.get(key, 0)):
             tenant = (h.namespace, h.pod, h.container, h.resource)
             shares[tenant] = shares.get(tenant, 0.0) + whole * part
