@@ -117,7 +117,7 @@ def test_the_simulated_node_bills_gpu_seconds_by_share(exporters: list[Exporter]
     grown = seconds(body)
     trainer = grown["llm-trainer-0"] - first["llm-trainer-0"]
     # ~2 s of a whole GPU at 0.2 s passes; generous bounds for a loaded machine.
-    assert 0.5 <= trainer <= time.monotonic() - started + 0.5, trainer
+    assert 0.5 <= trainer <= time.monotonic() - started + 2.0, trainer
     # The device plugin's holders come from one kubelet List, the claims from it and the
     # ResourceSlices: each group starts in one pass.
     total, claims = grown["llm-trainer-0"], grown["detector-0"]
