@@ -35,7 +35,8 @@ kubelet client's parse half maps anonymous memory for an answer, no file.)"""
 PURE_PARTS = ("model", "config", "backend", "fields", "exposition", "health")
 PARSE_HALVES = (
     "attribution.devices", "attribution.claims", "attribution.workloads",
-    "attribution.podlabels", "attribution.jobmap", "collector.cycle", "collector.news",
+    "attribution.podlabels", "attribution.jobmap", "attribution.shares", "collector.cycle",
+    "collector.ledger", "collector.news",
     "collector.options", "collector.planner", "kube.events", "kube.pods", "kube.slices",
     "kube.claims", "kubelet.answers", "kubelet.statuses",
     "web.config", "web.config_model", "cli.flag_values", "cli.dcgm_flags", "cli.compat",

@@ -42,6 +42,11 @@ class GpuInstance:
     index times its MIG device slots (`nvmlDeviceGetMaxMigDeviceCount`, 7 on an A100 or H100)
     plus the instance's rank on that GPU, ordered by profile index, then GPU instance id, as
     DCGM's cache manager enumerates them."""
+    slices: int | None = None
+    """Compute slices of its GPU instance profile (NVML's `sliceCount`: 3 for `3g.40gb`)."""
+    gpu_slices: int | None = None
+    """Compute slices of the whole GPU: the largest profile's `sliceCount` (7 on an A100 or
+    H100, 4 on an A30). `slices / gpu_slices` is the share of the GPU the instance holds."""
 
 
 @dataclass(frozen=True, slots=True)

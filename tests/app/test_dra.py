@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from gpu_enricher.kube.claim_source import ClaimReadOptions, ResourceClaimSource
 from gpu_enricher.kube.slice_source import ResourceSliceOptions, ResourceSliceSource
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
-from gpu_enricher.model import ClaimAllocation, SliceDevice
+from gpu_enricher.model import AllocatableDevices, ClaimAllocation, SliceDevice
 from gpu_enricher.nvml.backend import NvmlBackend
 from gpu_enricher.sim.fake_api.server import FakeKubeApi
 from gpu_enricher.sim.fake_api.slices import slice_object
@@ -83,10 +83,13 @@ async def wait_for(predicate: object, what: str) -> None:
 async def make_cluster(fake: FakeNvml, runtime_dir: str, versions: tuple[str, ...],
                        virtual_gpus: bool = False, refused: bool = False, *,
                        claim_reads: ClaimReadOptions | None = None,
-                       own_pod: tuple[str, str] | None = None) -> Cluster:
-    """`claim_reads`: with the ResourceClaim source (admin access) reading from the fake API."""
+                       own_pod: tuple[str, str] | None = None,
+                       allocatable: Sequence[AllocatableDevices] = ()) -> Cluster:
+    """`claim_reads`: with the ResourceClaim source (admin access) reading from the fake API;
+    `allocatable`: the kubelet's GetAllocatableResources (asked at the first pass)."""
     fake.set_mig(1, [(1, 9), (5, 19)])
     kubelet = FakeKubelet(Path(runtime_dir) / "kubelet.sock")
+    kubelet.set_allocatable(allocatable)
     await kubelet.start()
     api = FakeKubeApi(resource_versions=versions)
     if refused:  # no RBAC for resourceslices from the start

@@ -57,7 +57,7 @@ RELABELINGS: list[dict[str, Any]] = [
 # Dashboard variables, substituted the way "All" selects them (their allValue; claim's is .*,
 # so that series without a DRA claim still match); intervals as Grafana fills them.
 VARIABLES = {"instance": ".+", "gpu": ".+", "namespace": ".+", "pod": ".+", "claim": ".*",
-             "__rate_interval": "1m", "__interval": "1m"}
+             "__rate_interval": "1m", "__interval": "1m", "__range": "1h"}
 LABEL_VALUES = re.compile(r"^label_values\((?P<match>.+),\s*(?P<label>\w+)\)$")
 
 Series = dict[str, Any]
@@ -267,7 +267,7 @@ def test_dashboard_has_every_panel_of_12239_with_its_query_and_unit() -> None:
     ids = [p["id"] for p in panels(ours)]
     assert len(ids) == len(set(ids)), "panel ids are unique"
     rows = [p["title"] for p in panels(ours) if p["type"] == "row"]
-    assert len(rows) == 6, rows
+    assert len(rows) == 7, rows
     for panel in panels(ours):
         assert {"h", "w", "x", "y"} <= set(panel["gridPos"]), panel["title"]
         if panel["type"] != "row":
@@ -278,7 +278,8 @@ def test_dashboard_has_every_panel_of_12239_with_its_query_and_unit() -> None:
                    "gpu_enricher_kubelet_allocatable_devices",
                    "gpu_enricher_device_allocation_info", "gpu_enricher_gpu_up",
                    "gpu_enricher_kubelet_up", "gpu_enricher_collection_errors_total",
-                   "gpu_enricher_last_collection_duration_seconds"):
+                   "gpu_enricher_last_collection_duration_seconds",
+                   "gpu_enricher_pod_gpu_seconds_total"):
         assert metric in text, metric
 
 
@@ -291,10 +292,15 @@ def test_alert_rules_evaluate_against_real_data(prometheus: Prometheus) -> None:
             break
         assert time.monotonic() < deadline, rules
         time.sleep(0.25)
-    assert len(rules) == 6
+    assert [r["type"] for r in rules].count("alerting") == 6
     for rule in rules:
         assert rule["health"] == "ok", rule
-        assert not rule["alerts"], rule  # nothing is wrong on the simulated node
+        assert not rule.get("alerts"), rule  # nothing is wrong on the simulated node
+    # The chargeback recording rules: GPU-hours of the simulated node's namespaces.
+    recorded = prometheus.eventually(['namespace:gpu_enricher_gpu_hours:increase1h{namespace="ml"}',
+                                      'namespace_pod:gpu_enricher_gpu_hours:increase1h'
+                                      '{namespace="research",pod="notebook-alice"}'])
+    assert all(float(s["value"][1]) > 0 for found in recorded.values() for s in found), recorded
 
 
 def test_adapter_rules_and_keda_query_answer_per_pod(prometheus: Prometheus) -> None:
@@ -342,6 +348,7 @@ WORKLOAD_FAMILIES = frozenset({
     "gpu_enricher_device_allocation_info", "gpu_enricher_process_memory_used_bytes",
     "gpu_enricher_process_sm_utilization_ratio", "gpu_enricher_pod_memory_used_bytes",
     "gpu_enricher_pod_sm_utilization_ratio", "gpu_enricher_unallocated_process_info",
+    "gpu_enricher_pod_gpu_seconds_total",
 })
 
 

@@ -41,7 +41,8 @@ def test_promtool_rule_unit_tests() -> None:
 
 
 def test_every_alert_has_severity_annotations_and_a_unit_test() -> None:
-    rules = [rule for group in load(RULES)["groups"] for rule in group["rules"]]
+    rules = [rule for group in load(RULES)["groups"] for rule in group["rules"]
+             if "alert" in rule]
     assert {rule["alert"] for rule in rules} == ALERTS
     for rule in rules:
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule
@@ -51,7 +52,7 @@ def test_every_alert_has_severity_annotations_and_a_unit_test() -> None:
     assert [(RULE_TESTS.parent / f).resolve() for f in tests["rule_files"]] == [RULES]
     firing: dict[str, list[dict[str, str]]] = {}
     for case in tests["tests"]:
-        for check in case["alert_rule_test"]:
+        for check in case.get("alert_rule_test", ()):
             for alert in check["exp_alerts"]:
                 firing.setdefault(check["alertname"], []).append(alert["exp_labels"])
     assert set(firing) == ALERTS, "every alert is shown to fire at least once"
@@ -59,3 +60,13 @@ def test_every_alert_has_severity_annotations_and_a_unit_test() -> None:
     idle = firing["GpuAllocatedButIdle"]
     assert {("GPU_I_ID" in labels, labels["pod"]) for labels in idle} == {
         (False, "llm-trainer-0"), (True, "notebook-alice")}
+
+
+def test_every_recording_rule_has_a_unit_test() -> None:
+    recorded = {rule["record"] for group in load(RULES)["groups"] for rule in group["rules"]
+                if "record" in rule}
+    assert recorded == {"namespace:gpu_enricher_gpu_hours:increase1h",
+                        "namespace_pod:gpu_enricher_gpu_hours:increase1h"}
+    tested = {check["expr"].split("{")[0] for case in load(RULE_TESTS)["tests"]
+              for check in case.get("promql_expr_test", ())}
+    assert tested == recorded

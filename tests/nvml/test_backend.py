@@ -162,9 +162,13 @@ def test_mig_instances_profiles_memory_and_reconfiguration(
     assert (inst2.values["DCGM_FI_DEV_FB_TOTAL"], inst2.values["DCGM_FI_DEV_FB_USED"]) == \
         (9984, 200)
     assert "DCGM_FI_DEV_GPU_TEMP" not in inst1.values, "device-level fields come from the parent"
+    # Compute slices from the profiles' sliceCount, over the largest profile's (7g): the
+    # share of the GPU each instance is (GPU time per pod).
+    assert [(i.slices, i.gpu_slices) for i in g1.instances] == [(3, 7), (1, 7)]
     fake.set_mig(1, "3:0")  # mig-parted at run time
     g1 = sample(backend).gpus[1]
     assert [(i.gpu_instance_id, i.profile) for i in g1.instances] == [(3, "7g.80gb")]
+    assert [(i.slices, i.gpu_slices) for i in g1.instances] == [(7, 7)]
 
 
 def test_profiling_fields_through_gpm(fake: FakeNvml, monkeypatch: pytest.MonkeyPatch,

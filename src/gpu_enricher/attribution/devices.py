@@ -8,6 +8,7 @@ the NVML index: matching uses the minor number (dcgm-exporter uses the index and
 nodes); the `device` label keeps dcgm-exporter's `nvidia<index>`.
 """
 
+import functools
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,6 +105,8 @@ def is_gpu_resource(resource: str, extra_names: Collection[str] = ()) -> bool:
         resource in extra_names
 
 
+# The same IDs come back every pass (assignments, allocatable devices): parsed once each.
+@functools.lru_cache(maxsize=4096)
 def parse_device_id(device_id: str) -> DeviceRef | None:
     """One of the known forms, or None."""
     replica: str | None = None
@@ -151,7 +154,7 @@ def node_index(gpus: Iterable[GpuSnapshot]) -> NodeIndex:
     return NodeIndex(by_uuid, by_minor, by_mig, frozenset(instances))
 
 
-def _resolve(ref: DeviceRef, node: NodeIndex) -> EntityKey | None:
+def resolve(ref: DeviceRef, node: NodeIndex) -> EntityKey | None:
     if ref.mig_uuid is not None:
         return node.by_mig_uuid.get(ref.mig_uuid.lower())
     if ref.gpu_uuid is not None:
@@ -204,7 +207,7 @@ def attribute(
             continue
         for device_id in assignment.device_ids:
             ref = parse_device_id(device_id)
-            key = _resolve(ref, node) if ref is not None else None
+            key = resolve(ref, node) if ref is not None else None
             if ref is None or key is None:
                 unmatched.append(device_id)
                 continue

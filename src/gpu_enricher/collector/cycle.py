@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..attribution.claims import ClaimHolders, claim_holders, merged
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute, without_pod
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
+from ..attribution.shares import Tenant, held_shares, offered_replicas
 from ..attribution.workloads import (
     Allocation,
     GpuProcess,
@@ -106,6 +107,8 @@ class CycleOutputs:
     document: Document
     claims: ClaimHolders | None = None
     """DRA: the claim holders found and the claimed devices no slice resolves; None: off."""
+    shares: dict[Tenant, float] | None = None
+    """Each holder's share of a whole GPU (GPU time per pod); None without a kubelet source."""
 
 
 def _claims(inputs: CycleInputs, options: JoinOptions) -> ClaimHolders | None:
@@ -228,4 +231,8 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics,
                              inputs.jobs or NO_JOBS)
-    return CycleOutputs(families, attribution, processes, document, claims)
+    shares = None
+    if attribution is not None and inputs.node is not None and inputs.assignments is not None:
+        shares = held_shares(inputs.node.gpus, attribution, offered_replicas(
+            inputs.node.gpus, inputs.assignments.allocatable, options.extra_resources))
+    return CycleOutputs(families, attribution, processes, document, claims, shares)

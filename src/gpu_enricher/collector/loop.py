@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ..backend import BackendUnavailable, GpuBackend
+from ..exposition.chargeback import gpu_seconds_family
 from ..exposition.ownmetrics import OwnMetrics
 from ..exposition.query import Document, encode
 from ..exposition.render import Exposition
@@ -36,6 +37,7 @@ from ..sources import Source, SourceSet
 from ..worker import BlockingWorker
 from .cycle import CycleInputs, CycleOutputs, compose
 from .dump import PassDump
+from .ledger import Ledger, accumulate
 from .news import Unmatched, report_gpu_changes
 from .options import CollectorOptions as CollectorOptions
 from .pacing import PassSchedule
@@ -113,6 +115,7 @@ class Collector:
         self._last_success: float | None = None
         self._unmatched = Unmatched()
         self._own = OwnMetrics()
+        self._gpu_time = Ledger()  # GPU-seconds per pod since start (-k)
         self.document: Document = {}
         """The query API's view of the last pass (/api/v1/gpus)."""
         self.document_body = b"{}"
@@ -155,7 +158,14 @@ class Collector:
     def _render(self) -> Exposition:
         """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
         prometheus_client for the exporter's own."""
-        joined: CycleOutputs = compose(self._inputs(), self._join)
+        inputs = self._inputs()
+        joined: CycleOutputs = compose(inputs, self._join)
+        families = joined.families
+        if joined.shares is not None:
+            # A step is bounded by two intervals: a gap is not billed beyond what was seen.
+            self._gpu_time = accumulate(self._gpu_time, joined.shares, inputs.now,
+                                        2 * self.options.interval_seconds)
+            families = [*families, gpu_seconds_family(self._gpu_time.totals)]
         own = self_families(self.snapshot, self.health(), self.options.hostname,
                             self.backend.name)
         self._unmatched.report(
@@ -171,7 +181,7 @@ class Collector:
         own += self._sources.families()
         self.document = joined.document
         self.document_body = encode(joined.document)
-        return Exposition.from_families(joined.families, self._own.render(own))
+        return Exposition.from_families(families, self._own.render(own))
 
     # -- backend lifecycle ---------------------------------------------------------------
     @property

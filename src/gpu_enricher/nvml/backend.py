@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pynvml
 
@@ -57,8 +57,8 @@ class NvmlBackend:
         self._slow = SlowReadings(slow_interval_seconds)
         self._p2p = P2pReader(slow_interval_seconds)
         self._identities: dict[int, DeviceIdentity] = {}
-        self._profile_names: dict[str, dict[int, tuple[int, str]]] = {}
-        """GPU UUID → GPU instance profile id → (profile index, name)."""
+        self._profile_names: dict[str, dict[int, tuple[int, str, int]]] = {}
+        """GPU UUID → GPU instance profile id → (profile index, name, compute slices)."""
         self._system: dict[str, str | None] = {}
         self._gpm = GpmSampler()
         self._gpm_devices: dict[str, bool] = {}  # UUID → supports GPM
@@ -305,8 +305,10 @@ class NvmlBackend:
             reader.gpm = self._gpm_metrics(parent, (parent_uuid, gi), instance_specs, errors, index)
             values = {s.name: v for s in instance_specs if (v := reader.read(s)) is not None}
             by_instance[gi] = running_processes(reader, mig)
-            profile, start, ranks[gi] = self._profile(parent, parent_uuid, gi, errors, index)
-            by_gi[gi] = GpuInstance(gi, ci, profile, mig_uuid, values, start)
+            p = self._profile(parent, parent_uuid, gi, errors, index)
+            ranks[gi] = p.rank
+            by_gi[gi] = GpuInstance(gi, ci, p.name, mig_uuid, values, p.start,
+                                    slices=p.slices, gpu_slices=p.gpu_slices)
         # DCGM's entity ids (DcgmCacheManager: gpuId * maxGpcs + the count so far, walking
         # the profiles by index and each profile's instances): what `-d i:IDS` names.
         ordered = sorted(by_gi, key=lambda gi: (ranks[gi], gi))
@@ -314,16 +316,16 @@ class NvmlBackend:
         return tuple(dataclasses.replace(by_gi[gi], entity_id=entity[gi]) for gi in sorted(by_gi))
 
     def _profile(self, parent: Any, parent_uuid: str, gi: int,
-                 errors: list[SampleError], index: int) -> tuple[str, int | None, int]:
-        """`nvmlGpuInstanceGetInfo` gives the profile id (the profile table gives its name
-        and index) and the placement."""
+                 errors: list[SampleError], index: int) -> "_InstanceProfile":
+        """`nvmlGpuInstanceGetInfo` gives the profile id (the profile table gives its name,
+        index and compute slices) and the placement."""
         try:
             info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(parent, gi))
         except pynvml.NVMLError as exc:
             if exc.value in GPU_FATAL:
                 raise
             errors.append(SampleError(SOURCE, error_reason(exc), index))
-            return "", None, pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+            return _InstanceProfile("", None, pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
         table = self._profile_names.get(parent_uuid)
         if table is None:
             table = {}
@@ -332,8 +334,21 @@ class NvmlBackend:
                     p = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile, version=2)
                 except pynvml.NVMLError:
                     continue
-                table[int(p.id)] = (profile, text(p.name).removeprefix("MIG "))
+                table[int(p.id)] = (profile, text(p.name).removeprefix("MIG "),
+                                    int(p.sliceCount))
             if table:  # profiles are fixed per GPU; an empty answer is retried next time
                 self._profile_names[parent_uuid] = table
-        rank, name = table.get(int(info.profileId), (pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, ""))
-        return name, int(info.placement.start), rank
+        rank, name, slices = table.get(int(info.profileId),
+                                       (pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, "", 0))
+        # The whole GPU's compute slices: its largest profile's (the 7g or 4g one).
+        whole = max((entry[2] for entry in table.values()), default=0)
+        return _InstanceProfile(name, int(info.placement.start), rank, slices or None,
+                                whole or None)
+
+
+class _InstanceProfile(NamedTuple):
+    name: str
+    start: int | None
+    rank: int
+    slices: int | None = None
+    gpu_slices: int | None = None

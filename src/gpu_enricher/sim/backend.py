@@ -241,6 +241,7 @@ class SimulatedBackend:
         return GpuInstance(
             inst.gpu_instance_id, 0, inst.profile, mig_uuid(gpu.uuid, inst.gpu_instance_id),
             {k: v for k, v in values.items() if k in fields},
+            slices=_slices(inst.profile), gpu_slices=MIG_SLOTS,
         )
 
 
@@ -257,6 +258,13 @@ def _mig_parent(values: dict[str, FieldValue],
 
 
 MIG_SLOTS = 7
+"""`nvmlDeviceGetMaxMigDeviceCount` of an A100 or H100, and their compute slices."""
+
+
+def _slices(profile: str) -> int | None:
+    """A simulated profile's compute slices, as NVML's `sliceCount` gives them: `3g.40gb` → 3."""
+    slices = profile.partition("g.")[0]
+    return int(slices) if slices.isdigit() else None
 """`nvmlDeviceGetMaxMigDeviceCount` of an A100 or H100."""
 
 
@@ -264,8 +272,7 @@ def _with_entity_ids(index: int, instances: tuple[GpuInstance, ...]) -> tuple[Gp
     """DCGM's GPU-instance entity ids, as nvml/backend.py numbers them; the profile index
     follows the slice count (`1g` before `2g` …) on the simulated boards."""
     def rank(inst: GpuInstance) -> tuple[int, int]:
-        slices = inst.profile.partition("g.")[0]
-        return (int(slices) if slices.isdigit() else MIG_SLOTS, inst.gpu_instance_id)
+        return (_slices(inst.profile) or MIG_SLOTS, inst.gpu_instance_id)
 
     entity = {inst.gpu_instance_id: index * MIG_SLOTS + n
               for n, inst in enumerate(sorted(instances, key=rank))}
