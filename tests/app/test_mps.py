@@ -187,3 +187,24 @@ async def test_a_server_not_found_in_proc_is_reported_as_nvml_lists_it(node: Mps
                   if f'pid="{SERVER_PID}"' in ln)
     assert 'process_name=""' in server and "pod=" not in server
     assert value(text, "DCGM_FI_DEV_FB_USED", pod="chat-0") == 4096
+
+
+async def test_unsampled_mps_clients_keep_the_gpus_utilisation(node: MpsNode) -> None:
+    """As a real H200 answers (docs/real-gpu.md): NVML samples the MPS server only. The
+    clients' memory is still theirs, but no pod gets an SM figure it was never measured to
+    have: no pod SM series, and the virtual-GPU series keep the GPU's own utilisation rather
+    than a 0 that would show a busy GPU idle."""
+    node.fake.set_processes(0, [
+        FakeProcess(SERVER_PID, 66, sm_percent=100),
+        FakeProcess(CHAT_PID, 3014, kind="M"),
+        FakeProcess(EMBED_PID, 2758, kind="M"),
+    ])
+    text = await node.text()
+    assert node.collector.snapshot is not None
+    gpu_util = node.collector.snapshot.gpus[0].values["DCGM_FI_DEV_GPU_UTIL"]
+    assert value(text, "DCGM_FI_DEV_FB_USED", pod="chat-0") == 3014
+    assert value(text, "DCGM_FI_DEV_FB_USED", pod="embed-0") == 2758
+    assert value(text, "DCGM_FI_DEV_GPU_UTIL", pod="chat-0") == gpu_util
+    assert value(text, "DCGM_FI_DEV_GPU_UTIL", pod="embed-0") == gpu_util
+    assert series(text, "gpu_enricher_pod_sm_utilization_ratio") == []
+    assert value(text, "gpu_enricher_process_sm_utilization_ratio", pid=str(SERVER_PID)) == 1.0

@@ -240,7 +240,9 @@ def holder_labels(pod: str, replica: str | None) -> str:
     [
         pytest.param(USAGE, "DCGM_FI_DEV_FB_USED", {"pod-a": "3", "pod-b": "1", "pod-c": "0",
                                                     "pod-d": "500"}, id="memory-split-mib"),
-        pytest.param(USAGE, "DCGM_FI_DEV_GPU_UTIL", {"pod-a": "46", "pod-b": "0", "pod-c": "0",
+        # pod-b's process has no utilisation sample (an MPS client on a real GPU): the GPU's
+        # own value stays, never a 0 nobody measured; pod-c has no process: 0.
+        pytest.param(USAGE, "DCGM_FI_DEV_GPU_UTIL", {"pod-a": "46", "pod-b": "90", "pod-c": "0",
                                                      "pod-d": "12"}, id="util-split-percent"),
         pytest.param(USAGE, "DCGM_FI_DEV_GPU_TEMP", {"pod-a": "40", "pod-b": "40",
                                                      "pod-c": "40", "pod-d": "41"},

@@ -154,14 +154,21 @@ def _split(key: EntityKey, holder: Holder, pods: PodContext,
     """A shared device's per-pod memory (MiB) and utilisation (%) from the pod's processes,
     0 for a pod without one (dcgm-exporter's 2026 virtual-GPU semantics). A pod holding
     several replicas gets its figures on its first one and 0 on the others, so that a sum
-    over the pod's series is its use, not a multiple of it."""
+    over the pod's series is its use, not a multiple of it.
+
+    A pod whose processes NVML gives no utilisation sample keeps the device's own value: MPS
+    clients on a real H200 are never sampled (only the MPS server is, docs/real-gpu.md), and
+    a 0 there would be a reading nobody took (a busy GPU shown idle to an HPA)."""
     if pods.usage is None:
         return {}
-    memory, sm = pods.usage.get((key, holder.namespace, holder.pod), (0, None))
-    if not first_of_pod:
-        memory, sm = 0, None
+    found = pods.usage.get((key, holder.namespace, holder.pod))
+    if found is None or not first_of_pod:
+        return {"DCGM_FI_DEV_FB_USED": 0, "DCGM_FI_DEV_GPU_UTIL": 0}
+    memory, sm = found
+    if sm is None:
+        return {"DCGM_FI_DEV_FB_USED": memory // MIB}
     return {"DCGM_FI_DEV_FB_USED": memory // MIB,
-            "DCGM_FI_DEV_GPU_UTIL": min(100, round(100 * (sm or 0.0)))}
+            "DCGM_FI_DEV_GPU_UTIL": min(100, round(100 * sm))}
 
 
 def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey,
