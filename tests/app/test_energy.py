@@ -62,3 +62,34 @@ def test_the_energy_series_rise_with_each_gpu_s_counter(exporters: list[Exporter
         value(scrapes[1], UNATTRIBUTED, gpu="0", reason="host"), "GPU 0's process pays"
     code, err = exp.stop()
     assert code == 0, err
+
+
+def test_the_simulated_node_s_energy_series_add_up(exporters: list[Exporter]) -> None:
+    """--simulate: the built-in node's pods pay energy, and per GPU the series rise by the
+    GPU's counter's rise between two scrapes."""
+    exp = Exporter(["--simulate", "-c", "200", "--slow-fields-interval", "0"], {})
+    exporters.append(exp)
+    exp.wait_ready()
+    bodies = []
+    deadline = time.monotonic() + 20
+    while len(bodies) < 2:
+        body = get(exp.base + "/metrics")[1]
+        if samples(body, POD) and (not bodies or counter(body, "0") != counter(bodies[0], "0")):
+            bodies.append(body)
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    first, second = (energy(body) for body in bodies)
+    assert {s.labels["pod"] for s in samples(bodies[1], POD)} >= {"llm-trainer-0"}
+    exact: list[str] = []
+    for gpu in {k[0] for k in second}:
+        rise = sum(v for k, v in second.items() if k[0] == gpu) - \
+            sum(v for k, v in first.items() if k[0] == gpu)
+        counter_rise = (counter(bodies[1], gpu) or 0) - (counter(bodies[0], gpu) or 0)
+        if {k for k in first if k[0] == gpu} <= set(second):
+            assert abs(rise - counter_rise / 1000) < 1e-4, (gpu, rise, counter_rise)
+            exact.append(gpu)
+        else:  # a pod that ended between the scrapes (the churn) took its joules with it
+            assert 0 <= rise <= counter_rise / 1000 + 1e-4, (gpu, rise, counter_rise)
+    assert len(exact) >= 4, exact
+    trainer = sum(v for k, v in second.items() if "llm-trainer-0" in k[1])
+    assert trainer > 0, "the trainer's process pays for what it uses"
