@@ -73,12 +73,16 @@ class EnergyBook:
         by_index: dict[int, list[GpuProcess]] = {}
         for proc in processes:
             by_index.setdefault(proc.key[0], []).append(proc)
+        held: dict[int, dict[EntityKey, list[tuple[Holder, float]]]] = {}
+        for key, parts in holdings.items():
+            held.setdefault(key[0], {})[key] = parts
         present = {gpu.identity.uuid for gpu in node.gpus}
         for uuid in [u for u in self.meters if u not in present]:  # unbound: its series end
             del self.meters[uuid]
         for gpu in node.gpus:
             if gpu.healthy:  # a lost GPU's series stay as they were until it answers
-                self._gpu(gpu, by_index.get(gpu.identity.index, ()), table, holdings, now)
+                index = gpu.identity.index
+                self._gpu(gpu, by_index.get(index, ()), table, held.get(index, {}), now)
 
     def _gpu(self, gpu: GpuSnapshot, processes: Iterable[GpuProcess], table: ProcessTable,
              holdings: Mapping[EntityKey, list[tuple[Holder, float]]], now: float) -> None:

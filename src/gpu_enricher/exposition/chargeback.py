@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ..attribution.energy import Payer, PodPayer
+from ..attribution.energy import Payer
 from ..attribution.shares import Tenant
 from ..fields import names
 from .render import Family, Sample, format_value, label_pairs
@@ -55,11 +55,15 @@ class EnergyAccount:
     totals: Mapping[Payer, float]
 
 
-def _payer_labels(account: EnergyAccount, payer: PodPayer) -> str:
+# A pod's energy labels are the same every pass: escaped once (a full node has ~110 pods).
+@functools.lru_cache(maxsize=4096)
+def _energy_labels(gpu: int, uuid: str, profile: str | None, payer: Payer) -> str:
+    pairs = [(names.LABEL_GPU, str(gpu)), (names.LABEL_UUID, uuid)]
+    if isinstance(payer, str):
+        return label_pairs([*pairs, (LABEL_REASON, payer)])
     namespace, pod, container, instance_id = payer
-    pairs = [(names.LABEL_GPU, str(account.gpu)), (names.LABEL_UUID, account.uuid)]
     if instance_id is not None:
-        pairs += [(names.LABEL_GPU_I_PROFILE, account.profiles.get(instance_id, "")),
+        pairs += [(names.LABEL_GPU_I_PROFILE, profile or ""),
                   (names.LABEL_GPU_I_ID, str(instance_id))]
     return label_pairs([*pairs, (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod),
                         (names.LABEL_CONTAINER, container)])
@@ -76,13 +80,11 @@ def energy_families(accounts: Iterable[EnergyAccount]) -> list[Family]:
     unattributed: list[Sample] = []
     for account in sorted(accounts, key=lambda a: a.gpu):
         for payer, joules in account.totals.items():
-            value = format_value(float(joules))
-            if isinstance(payer, str):
-                unattributed.append(Sample(label_pairs(
-                    [(names.LABEL_GPU, str(account.gpu)), (names.LABEL_UUID, account.uuid),
-                     (LABEL_REASON, payer)]), value, "_total"))
-            else:
-                pods.append(Sample(_payer_labels(account, payer), value, "_total"))
+            profile = None if isinstance(payer, str) or payer[3] is None else \
+                account.profiles.get(payer[3])
+            sample = Sample(_energy_labels(account.gpu, account.uuid, profile, payer),
+                            format_value(float(joules)), "_total")
+            (unattributed if isinstance(payer, str) else pods).append(sample)
     return [Family(POD_ENERGY, "counter",
                    "GPU energy a container used on this GPU, in joules, since the exporter "
                    "started (docs/chargeback.md).", tuple(sorted(pods, key=_by_labels))),
