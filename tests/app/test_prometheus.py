@@ -348,7 +348,7 @@ WORKLOAD_FAMILIES = frozenset({
     "gpu_enricher_device_allocation_info", "gpu_enricher_process_memory_used_bytes",
     "gpu_enricher_process_sm_utilization_ratio", "gpu_enricher_pod_memory_used_bytes",
     "gpu_enricher_pod_sm_utilization_ratio", "gpu_enricher_unallocated_process_info",
-    "gpu_enricher_pod_gpu_seconds_total",
+    "gpu_enricher_pod_gpu_seconds_total", "gpu_enricher_pod_energy_joules_total",
 })
 
 

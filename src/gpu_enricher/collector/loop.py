@@ -176,7 +176,8 @@ class Collector:
                 self._energy.step(inputs.node, joined.processes,
                                   inputs.processes or ProcessTable(), joined.holdings or {},
                                   inputs.now)
-            families = [*families, *energy_families(self._energy.accounts())]
+            families = [*families, *energy_families(self._energy.accounts(),
+                                                    self._join.drop_labels)]
         own = self_families(self.snapshot, self.health(), self.options.hostname,
                             self.backend.name)
         self._unmatched.report(

@@ -15,6 +15,7 @@ from typing import Final
 from ..attribution.energy import Payer
 from ..attribution.shares import Tenant
 from ..fields import names
+from .label_drop import kept
 from .render import Family, Sample, format_value, label_pairs
 
 POD_GPU_SECONDS: Final = f"{names.SELF_PREFIX}pod_gpu_seconds"
@@ -57,32 +58,35 @@ class EnergyAccount:
 
 # A pod's energy labels are the same every pass: escaped once (a full node has ~110 pods).
 @functools.lru_cache(maxsize=4096)
-def _energy_labels(gpu: int, uuid: str, profile: str | None, payer: Payer) -> str:
+def _energy_labels(gpu: int, uuid: str, profile: str | None, payer: Payer,
+                   drop: frozenset[str]) -> str:
     pairs = [(names.LABEL_GPU, str(gpu)), (names.LABEL_UUID, uuid)]
     if isinstance(payer, str):
-        return label_pairs([*pairs, (LABEL_REASON, payer)])
+        return label_pairs(kept([*pairs, (LABEL_REASON, payer)], drop))
     namespace, pod, container, instance_id = payer
     if instance_id is not None:
         pairs += [(names.LABEL_GPU_I_PROFILE, profile or ""),
                   (names.LABEL_GPU_I_ID, str(instance_id))]
-    return label_pairs([*pairs, (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod),
-                        (names.LABEL_CONTAINER, container)])
+    return label_pairs(kept([*pairs, (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod),
+                             (names.LABEL_CONTAINER, container)], drop))
 
 
 def _by_labels(sample: Sample) -> str:
     return sample.labels
 
 
-def energy_families(accounts: Iterable[EnergyAccount]) -> list[Family]:
+def energy_families(accounts: Iterable[EnergyAccount],
+                    drop: frozenset[str] = frozenset()) -> list[Family]:
     """`gpu_enricher_pod_energy_joules_total` and `gpu_enricher_unattributed_energy_joules_total`:
-    per GPU they add up to its energy counter's rise since the exporter started."""
+    per GPU they add up to its energy counter's rise since the exporter started. `--drop-labels`
+    may drop `UUID` and `GPU_I_PROFILE` (`gpu` and `GPU_I_ID` still tell the series apart)."""
     pods: list[Sample] = []
     unattributed: list[Sample] = []
     for account in sorted(accounts, key=lambda a: a.gpu):
         for payer, joules in account.totals.items():
             profile = None if isinstance(payer, str) or payer[3] is None else \
                 account.profiles.get(payer[3])
-            sample = Sample(_energy_labels(account.gpu, account.uuid, profile, payer),
+            sample = Sample(_energy_labels(account.gpu, account.uuid, profile, payer, drop),
                             format_value(float(joules)), "_total")
             (unattributed if isinstance(payer, str) else pods).append(sample)
     return [Family(POD_ENERGY, "counter",
