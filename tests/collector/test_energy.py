@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_enricher.attribution.devices import Holder
-from gpu_enricher.attribution.energy import HOST, IDLE, UNKNOWN, Payer, pass_split
-from gpu_enricher.attribution.workloads import MPS_SERVER, GpuProcess, Workload
+from gpu_enricher.attribution.energy import IDLE, Payer
+from gpu_enricher.attribution.workloads import GpuProcess, Workload
 from gpu_enricher.collector.energy import EnergyBook
 from gpu_enricher.model import (
     ContainerRef,
@@ -44,29 +44,6 @@ def _proc(gpu: GpuSnapshot, pid: int, pod: int | None, sm: float | None,
 def _holding(gpu: int, pods: list[int]) -> dict[tuple[int, int | None], list[tuple[Holder, float]]]:
     return {(gpu, None): [(Holder(*PODS[p], "nvidia.com/gpu", f"GPU-{gpu}::{p}"), 1 / 4)
                           for p in pods]} if pods else {}
-
-
-def test_active_energy_goes_by_sm_share_and_idle_to_the_holders_by_their_share() -> None:
-    gpu = _gpu(0, {POWER: 400.0})
-    procs = [_proc(gpu, 10, 0, 0.6), _proc(gpu, 11, 1, 0.2), _proc(gpu, 900, None, 0.2)]
-    split = pass_split(gpu, procs, TABLE, _holding(0, [0, 2]), baseline_watts=100.0)
-    # Active 3/4 by SM share: a 0.45, b (holds nothing, but used it) 0.15, host 0.15;
-    # idle 1/4 to the holders of two of four replicas (a, c: 1/16 each), the rest idle.
-    expected: dict[Payer, float] = {("ml", "a", "main", None): 0.45 + 1 / 16,
-                                    ("ml", "b", "main", None): 0.15, HOST: 0.15,
-                                    ("ml", "c", "main", None): 1 / 16, IDLE: 1 / 8}
-    assert split.keys() == expected.keys()
-    assert all(abs(split[k] - v) < 1e-12 for k, v in expected.items())
-
-
-def test_the_mps_server_s_sm_share_goes_to_the_clients_by_memory() -> None:
-    gpu = _gpu(0, {POWER: 200.0})
-    procs = [_proc(gpu, 5, None, 0.8, MPS_SERVER), _proc(gpu, 10, 0, None, "mps", 3 << 30),
-             _proc(gpu, 11, 1, None, "mps", 1 << 30), _proc(gpu, 901, None, None, "mps", 0)]
-    split = pass_split(gpu, procs, TABLE, {}, baseline_watts=100.0)
-    assert abs(split[("ml", "a", "main", None)] - 0.375) < 1e-12
-    assert abs(split[("ml", "b", "main", None)] - 0.125) < 1e-12
-    assert UNKNOWN not in split and split[IDLE] == 0.5, "no memory: no share"
 
 
 def test_a_slow_counter_s_delta_is_split_by_the_passes_it_covers() -> None:
