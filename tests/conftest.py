@@ -58,7 +58,8 @@ def fake_nvml_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 FAKE_ENV = ("FAKE_NVML_GPU_COUNT", "FAKE_NVML_GPM", "FAKE_NVML_MIG", "FAKE_NVML_NOT_SUPPORTED",
             "FAKE_NVML_LOST", "FAKE_NVML_MINOR", "FAKE_NVML_DRIVER_VERSION", "FAKE_NVML_INIT_ERROR",
-            "FAKE_NVML_DEVICE_DELAY_US", "FAKE_NVML_PROCESSES", "FAKE_NVML_XIDS")
+            "FAKE_NVML_DEVICE_DELAY_US", "FAKE_NVML_PROCESSES", "FAKE_NVML_XIDS",
+            "FAKE_NVML_POWER_SWING_MW")
 
 _loaded: dict[str, "FakeNvml"] = {}
 

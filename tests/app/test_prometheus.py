@@ -279,7 +279,7 @@ def test_dashboard_has_every_panel_of_12239_with_its_query_and_unit() -> None:
                    "gpu_enricher_device_allocation_info", "gpu_enricher_gpu_up",
                    "gpu_enricher_kubelet_up", "gpu_enricher_collection_errors_total",
                    "gpu_enricher_last_collection_duration_seconds",
-                   "gpu_enricher_pod_gpu_seconds_total"):
+                   "gpu_enricher_pod_gpu_seconds_total", "gpu_enricher_pod_energy_joules_total"):
         assert metric in text, metric
 
 
@@ -348,7 +348,7 @@ WORKLOAD_FAMILIES = frozenset({
     "gpu_enricher_device_allocation_info", "gpu_enricher_process_memory_used_bytes",
     "gpu_enricher_process_sm_utilization_ratio", "gpu_enricher_pod_memory_used_bytes",
     "gpu_enricher_pod_sm_utilization_ratio", "gpu_enricher_unallocated_process_info",
-    "gpu_enricher_pod_gpu_seconds_total",
+    "gpu_enricher_pod_gpu_seconds_total", "gpu_enricher_pod_energy_joules_total",
 })
 
 

@@ -66,7 +66,9 @@ def test_every_recording_rule_has_a_unit_test() -> None:
     recorded = {rule["record"] for group in load(RULES)["groups"] for rule in group["rules"]
                 if "record" in rule}
     assert recorded == {"namespace:gpu_enricher_gpu_hours:increase1h",
-                        "namespace_pod:gpu_enricher_gpu_hours:increase1h"}
+                        "namespace_pod:gpu_enricher_gpu_hours:increase1h",
+                        "namespace:gpu_enricher_energy_kwh:increase1h",
+                        "namespace_pod:gpu_enricher_energy_kwh:increase1h"}
     tested = {check["expr"].split("{")[0] for case in load(RULE_TESTS)["tests"]
               for check in case.get("promql_expr_test", ())}
     assert tested == recorded

@@ -2170,6 +2170,18 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
     return leave(NVML_SUCCESS);
 }
 
+/* FAKE_NVML_POWER_SWING_MW: every other power read of a GPU draws that much more (a
+ * power trace that changes over time, above the idle baseline every second read). Read at
+ * each call, so a subprocess test sets it in its environment. */
+static unsigned long long g_power_reads[MAX_GPUS];
+
+static unsigned power_swing_mw(unsigned gpu)
+{
+    const char *s = getenv("FAKE_NVML_POWER_SWING_MW");
+    unsigned long long n = g_power_reads[gpu]++;
+    return s && (n & 1u) ? (unsigned)strtoul(s, NULL, 10) : 0u;
+}
+
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     struct dev_ref r;
@@ -2179,7 +2191,7 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
         if (!power)
             rc = NVML_ERROR_INVALID_ARGUMENT;
         else
-            *power = 16365u + 1000u * r.gpu;
+            *power = 16365u + 1000u * r.gpu + power_swing_mw(r.gpu);
     }
     return leave(rc);
 }
@@ -3246,6 +3258,7 @@ void fake_nvml_reset(void)
     g_cost_ovr = NULL;
     refresh_cost_profile();
     memset(g_energy_reads, 0, sizeof g_energy_reads);
+    memset(g_power_reads, 0, sizeof g_power_reads);
     for (unsigned g = 0; g < MAX_GPUS; g++)
         g_lost_ovr[g] = -1;
     memset(g_ns_on, 0, sizeof g_ns_on);

@@ -102,6 +102,16 @@ def test_values_are_deterministic_and_move_over_time() -> None:
     assert b.sample(ALL).gpus[0].values == later
 
 
+def test_the_energy_counter_integrates_the_power_shown() -> None:
+    sim, clock = backend()
+    energy, power = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_POWER_USAGE"
+    before = sim.sample(ALL).gpus[0].values
+    clock.now += 7
+    after = sim.sample(ALL).gpus[0].values
+    rise = float(after[energy]) - float(before[energy])
+    assert abs(rise - 7 * 1000 * float(after[power])) <= 1, "mJ: the power times the step"
+
+
 def test_only_requested_fields_are_returned() -> None:
     sim, _ = backend()
     gpu = sim.sample(frozenset({"DCGM_FI_DEV_GPU_TEMP"})).gpus[0]

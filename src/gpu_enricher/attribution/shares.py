@@ -93,16 +93,33 @@ def _split(holders: tuple[Holder, ...], replicas: int) -> list[tuple[Holder, flo
     return [(h, part / total) for h, part in parts] if total > 1.0 else parts
 
 
+Holdings = dict[EntityKey, list[tuple[Holder, float]]]
+"""Per GPU or MIG instance: each holding and its share of the whole GPU."""
+
+
+def entity_holdings(gpus: Sequence[GpuSnapshot], attribution: Attribution,
+                    replicas: Mapping[EntityKey, int] = NO_REPLICAS) -> Holdings:
+    """Each device's holdings with their share of a whole GPU (also what idle energy is
+    split by, attribution/energy.py)."""
+    by_index = {gpu.identity.index: gpu for gpu in gpus}
+    return {key: [(h, device_share(by_index, key) * part)
+                  for h, part in _split(holders, replicas.get(key, 0))]
+            for key, holders in attribution.holders.items()}
+
+
 def held_shares(gpus: Sequence[GpuSnapshot], attribution: Attribution,
                 replicas: Mapping[EntityKey, int] = NO_REPLICAS) -> dict[Tenant, float]:
     """Each (namespace, pod, container, resource)'s share of a whole GPU, summed over what
     it holds. A holder of a device that counts nothing now (lost) is there with 0: it still
     holds it, so its series goes on."""
-    by_index = {gpu.identity.index: gpu for gpu in gpus}
+    return tenant_shares(entity_holdings(gpus, attribution, replicas))
+
+
+def tenant_shares(holdings: Holdings) -> dict[Tenant, float]:
+    """`held_shares` from holdings already found."""
     shares: dict[Tenant, float] = {}
-    for key, holders in attribution.holders.items():
-        whole = device_share(by_index, key)
-        for h, part in _split(holders, replicas.get(key, 0)):
+    for parts in holdings.values():
+        for h, share in parts:
             tenant = (h.namespace, h.pod, h.container, h.resource)
-            shares[tenant] = shares.get(tenant, 0.0) + whole * part
+            shares[tenant] = shares.get(tenant, 0.0) + share
     return shares

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..attribution.claims import ClaimHolders, claim_holders, merged
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute, without_pod
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
-from ..attribution.shares import Tenant, held_shares, offered_replicas
+from ..attribution.shares import Holdings, Tenant, entity_holdings, offered_replicas, tenant_shares
 from ..attribution.workloads import (
     Allocation,
     GpuProcess,
@@ -109,6 +109,8 @@ class CycleOutputs:
     """DRA: the claim holders found and the claimed devices no slice resolves; None: off."""
     shares: dict[Tenant, float] | None = None
     """Each holder's share of a whole GPU (GPU time per pod); None without a kubelet source."""
+    holdings: Holdings | None = None
+    """The same per GPU or MIG instance (idle energy per pod); None without a kubelet source."""
 
 
 def _claims(inputs: CycleInputs, options: JoinOptions) -> ClaimHolders | None:
@@ -231,8 +233,9 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics,
                              inputs.jobs or NO_JOBS)
-    shares = None
+    holdings = None
     if attribution is not None and inputs.node is not None and inputs.assignments is not None:
-        shares = held_shares(inputs.node.gpus, attribution, offered_replicas(
+        holdings = entity_holdings(inputs.node.gpus, attribution, offered_replicas(
             inputs.node.gpus, inputs.assignments.allocatable, options.extra_resources))
-    return CycleOutputs(families, attribution, processes, document, claims, shares)
+    return CycleOutputs(families, attribution, processes, document, claims,
+                        tenant_shares(holdings) if holdings is not None else None, holdings)

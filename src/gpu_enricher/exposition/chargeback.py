@@ -3,15 +3,19 @@ families by our renderer. Pure.
 
 Cardinality: one series per (pod, container, resource) holding a GPU, a MIG instance, a
 replica or a claim: at most the node's holders (110 pods on a full node), each gone one pass
-after its pod holds nothing.
+after its pod holds nothing. Energy: one series per (GPU, pod, container) that holds or uses
+it, gone one pass after that ends, and up to three reasons per GPU.
 """
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
+from ..attribution.energy import Payer
 from ..attribution.shares import Tenant
 from ..fields import names
+from .label_drop import kept
 from .render import Family, Sample, format_value, label_pairs
 
 POD_GPU_SECONDS: Final = f"{names.SELF_PREFIX}pod_gpu_seconds"
@@ -35,3 +39,60 @@ def gpu_seconds_family(totals: Mapping[Tenant, float]) -> Family:
                   "Seconds a container held GPUs, times the share of a whole GPU it held "
                   "(a MIG instance its slices over the GPU's, a replica 1/replicas), "
                   "since the exporter started.", tuple(samples))
+
+
+POD_ENERGY: Final = f"{names.SELF_PREFIX}pod_energy_joules"
+UNATTRIBUTED_ENERGY: Final = f"{names.SELF_PREFIX}unattributed_energy_joules"
+LABEL_REASON: Final = "reason"
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyAccount:
+    """One GPU's energy totals as the ledger keeps them (collector/energy.py)."""
+
+    gpu: int
+    uuid: str
+    profiles: Mapping[int, str]
+    totals: Mapping[Payer, float]
+
+
+# A pod's energy labels are the same every pass: escaped once (a full node has ~110 pods).
+@functools.lru_cache(maxsize=4096)
+def _energy_labels(gpu: int, uuid: str, profile: str | None, payer: Payer,
+                   drop: frozenset[str]) -> str:
+    pairs = [(names.LABEL_GPU, str(gpu)), (names.LABEL_UUID, uuid)]
+    if isinstance(payer, str):
+        return label_pairs(kept([*pairs, (LABEL_REASON, payer)], drop))
+    namespace, pod, container, instance_id = payer
+    if instance_id is not None:
+        pairs += [(names.LABEL_GPU_I_PROFILE, profile or ""),
+                  (names.LABEL_GPU_I_ID, str(instance_id))]
+    return label_pairs(kept([*pairs, (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod),
+                             (names.LABEL_CONTAINER, container)], drop))
+
+
+def _by_labels(sample: Sample) -> str:
+    return sample.labels
+
+
+def energy_families(accounts: Iterable[EnergyAccount],
+                    drop: frozenset[str] = frozenset()) -> list[Family]:
+    """`gpu_enricher_pod_energy_joules_total` and `gpu_enricher_unattributed_energy_joules_total`:
+    per GPU they add up to its energy counter's rise since the exporter started. `--drop-labels`
+    may drop `UUID` and `GPU_I_PROFILE` (`gpu` and `GPU_I_ID` still tell the series apart)."""
+    pods: list[Sample] = []
+    unattributed: list[Sample] = []
+    for account in sorted(accounts, key=lambda a: a.gpu):
+        for payer, joules in account.totals.items():
+            profile = None if isinstance(payer, str) or payer[3] is None else \
+                account.profiles.get(payer[3])
+            sample = Sample(_energy_labels(account.gpu, account.uuid, profile, payer, drop),
+                            format_value(float(joules)), "_total")
+            (unattributed if isinstance(payer, str) else pods).append(sample)
+    return [Family(POD_ENERGY, "counter",
+                   "GPU energy a container used on this GPU, in joules, since the exporter "
+                   "started (docs/chargeback.md).", tuple(sorted(pods, key=_by_labels))),
+            Family(UNATTRIBUTED_ENERGY, "counter",
+                   "GPU energy no pod pays for, in joules, since the exporter started: idle "
+                   "(nobody holds the GPU), host (processes in no pod), unknown.",
+                   tuple(sorted(unattributed, key=_by_labels)))]

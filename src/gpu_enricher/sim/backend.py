@@ -44,6 +44,7 @@ class SimulatedBackend:
         self._start = clock()
         self._churned: tuple[int, tuple[SimGpu, ...]] = (0, scenario.gpus)
         self._unbound: frozenset[str] = frozenset()  # UUIDs unbound at the last pass
+        self._energy: dict[str, tuple[float, float]] = {}  # UUID → (t, mJ) at the last pass
 
     def open(self) -> None:
         self._start = self._clock()
@@ -74,10 +75,13 @@ class SimulatedBackend:
         low, high = bounds
         return low + (high - low) * load
 
-    def _energy_mj(self, gpu: SimGpu, t: float) -> int:
-        # The integral of the mean power: monotonic, as the real counter is.
-        low, high = gpu.power_watts
-        return int(1_000_000 * (gpu.index + 1) + 1000 * t * (low + high) / 2)
+    def _energy_mj(self, gpu: SimGpu, t: float, watts: float) -> int:
+        # The power shown, integrated over the passes: monotonic as the real counter is, and
+        # what the per-pod energy counters add up to (docs/chargeback.md).
+        at, energy = self._energy.get(gpu.uuid, (t, 1e6 * (gpu.index + 1)))
+        energy += 1000 * watts * max(0.0, t - at)
+        self._energy[gpu.uuid] = (t, energy)
+        return int(energy)
 
     def sample(self, fields: frozenset[str]) -> NodeSnapshot:
         t = self._clock() - self._start
@@ -116,6 +120,7 @@ class SimulatedBackend:
         used = round(self._within(gpu.memory_used_mib, self._load(t, gpu.index, "fb")))
         reserved = max(1, gpu.memory_mib // 160)
         busy = util / 100
+        power = round(self._within(gpu.power_watts, load), 3)
         values: dict[str, FieldValue] = {
             "DCGM_FI_DRIVER_VERSION": self.scenario.driver_version,
             "DCGM_FI_NVML_VERSION": f"13.{self.scenario.driver_version}",
@@ -129,8 +134,8 @@ class SimulatedBackend:
             "DCGM_FI_DEV_FB_RESERVED": reserved,
             "DCGM_FI_DEV_FB_USED": used,
             "DCGM_FI_DEV_FB_FREE": max(0, gpu.memory_mib - reserved - used),
-            "DCGM_FI_DEV_POWER_USAGE": round(self._within(gpu.power_watts, load), 3),
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": self._energy_mj(gpu, t),
+            "DCGM_FI_DEV_POWER_USAGE": power,
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": self._energy_mj(gpu, t, power),
             "DCGM_FI_DEV_SM_CLOCK": round(self._within(gpu.sm_clock_mhz, load)),
             "DCGM_FI_DEV_MEM_CLOCK": gpu.mem_clock_mhz,
             "DCGM_FI_DEV_GPU_TEMP": round(self._within(gpu.temperature, load)),

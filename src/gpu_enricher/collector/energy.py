@@ -1,0 +1,133 @@
+"""Per-pod GPU energy kept across passes (`gpu_enricher_pod_energy_joules_total` and
+`gpu_enricher_unattributed_energy_joules_total`, docs/chargeback.md). No I/O: the collector
+hands each pass's snapshot, processes, holdings and monotonic clock in.
+
+Each pass's split (attribution/energy.py) is weighed by the time it covers (never more than
+`max_step`) and added to the GPU's pending weights; when the GPU's energy counter moves (every
+pass, or every --slow-fields-interval when it is read on the slow cadence and repeated in
+between), the delta is split by the weights pending since the last move. So, per GPU, the
+totals shown plus those of the pods whose series ended always equal (the counter now - its
+first reading) / 1000. Where the counter is unsupported, power times the step is split instead.
+The idle baseline is the lowest power seen on the GPU over the last `baseline_window` seconds.
+"""
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..attribution.devices import EntityKey, Holder
+from ..attribution.energy import ENERGY_FIELD, POWER_FIELD, Payer, pass_split, reading
+from ..attribution.workloads import GpuProcess
+from ..exposition.chargeback import EnergyAccount
+from ..model import DeviceIdentity, GpuSnapshot, NodeSnapshot, ProcessTable
+
+MIN_WEIGHT = 1e-9
+"""A pass covering no time (the first) still weighs something: a delta is never unsplit."""
+
+
+@dataclass(slots=True)
+class Meter:
+    """One GPU's energy account."""
+
+    identity: DeviceIdentity
+    profiles: dict[int, str] = field(default_factory=dict)
+    """GPU instance ID → profile, for the MIG labels of its pods' series."""
+    totals: dict[Payer, float] = field(default_factory=dict)
+    """Joules per payer since the exporter first saw the GPU: the series shown."""
+    ended: float = 0.0
+    """Joules of the pods whose series ended (so that everything adds up)."""
+    first_mj: float | None = None
+    last_mj: float | None = None
+    at: float | None = None
+    pending: dict[Payer, float] = field(default_factory=dict)
+    closing: set[Payer] = field(default_factory=set)
+    lows: deque[tuple[float, float]] = field(default_factory=deque)
+    """(time, watts), watts increasing: the window's minimum is the first."""
+
+    def baseline(self, now: float, watts: float | None, window: float) -> float | None:
+        if watts is not None:
+            while self.lows and self.lows[-1][1] >= watts:
+                self.lows.pop()
+            self.lows.append((now, watts))
+        while len(self.lows) > 1 and self.lows[0][0] < now - window:
+            self.lows.popleft()
+        return self.lows[0][1] if self.lows else None
+
+    def counted_joules(self) -> float:
+        """What the totals must add up to: the counter's rise, or the power integrated."""
+        return sum(self.totals.values()) + self.ended
+
+
+class EnergyBook:
+    def __init__(self, max_step: float, baseline_window: float = 3600.0) -> None:
+        self.max_step = max_step
+        self.baseline_window = baseline_window
+        self.meters: dict[str, Meter] = {}
+
+    def accounts(self) -> list[EnergyAccount]:
+        return [EnergyAccount(m.identity.index, m.identity.uuid, m.profiles, m.totals)
+                for m in self.meters.values()]
+
+    def step(self, node: NodeSnapshot, processes: Iterable[GpuProcess], table: ProcessTable,
+             holdings: Mapping[EntityKey, list[tuple[Holder, float]]], now: float) -> None:
+        by_index: dict[int, list[GpuProcess]] = {}
+        for proc in processes:
+            by_index.setdefault(proc.key[0], []).append(proc)
+        held: dict[int, dict[EntityKey, list[tuple[Holder, float]]]] = {}
+        for key, parts in holdings.items():
+            held.setdefault(key[0], {})[key] = parts
+        present = {gpu.identity.uuid for gpu in node.gpus}
+        for uuid in [u for u in self.meters if u not in present]:  # unbound: its series end
+            del self.meters[uuid]
+        for gpu in node.gpus:
+            if gpu.healthy:  # a lost GPU's series stay as they were until it answers
+                index = gpu.identity.index
+                self._gpu(gpu, by_index.get(index, ()), table, held.get(index, {}), now)
+
+    def _gpu(self, gpu: GpuSnapshot, processes: Iterable[GpuProcess], table: ProcessTable,
+             holdings: Mapping[EntityKey, list[tuple[Holder, float]]], now: float) -> None:
+        meter = self.meters.setdefault(gpu.identity.uuid, Meter(gpu.identity))
+        meter.identity = gpu.identity
+        meter.profiles.update((i.gpu_instance_id, i.profile) for i in gpu.instances)
+        watts = reading(gpu, POWER_FIELD)
+        baseline = meter.baseline(now, watts, self.baseline_window)
+        step = 0.0 if meter.at is None else min(max(0.0, now - meter.at), self.max_step)
+        meter.at = now
+        split = pass_split(gpu, processes, table, holdings, baseline)
+        for payer, fraction in split.items():
+            meter.pending[payer] = meter.pending.get(payer, 0.0) + fraction * max(step,
+                                                                                 MIN_WEIGHT)
+            meter.totals.setdefault(payer, 0.0)  # a new series starts at 0
+        self._spend(meter, self._delta(meter, gpu, watts, step))
+        live = split.keys() | meter.pending.keys()
+        for payer in [p for p in meter.totals if isinstance(p, tuple) and p not in live]:
+            if payer in meter.closing:  # shown once with its final value: now it ends
+                meter.ended += meter.totals.pop(payer)
+                meter.closing.discard(payer)
+            else:
+                meter.closing.add(payer)
+        meter.closing &= meter.totals.keys() - live
+
+    @staticmethod
+    def _delta(meter: Meter, gpu: GpuSnapshot, watts: float | None, step: float) -> float:
+        counter = reading(gpu, ENERGY_FIELD)
+        if counter is None:
+            return watts * step if watts is not None else 0.0
+        if meter.first_mj is None or meter.last_mj is None:
+            meter.first_mj = meter.last_mj = counter
+            return 0.0
+        rise = counter - meter.last_mj
+        meter.last_mj = counter
+        if rise < 0:  # the counter went back (a GPU reset): counted on from its new value
+            meter.first_mj += rise
+            return 0.0
+        return rise / 1000
+
+    @staticmethod
+    def _spend(meter: Meter, joules: float) -> None:
+        weight = sum(meter.pending.values())
+        if joules <= 0 or weight <= 0:
+            return
+        for payer, part in meter.pending.items():
+            meter.totals[payer] = meter.totals.get(payer, 0.0) + joules * part / weight
+        meter.pending.clear()

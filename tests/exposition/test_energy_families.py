@@ -1,0 +1,33 @@
+"""The energy families as Prometheus reads them: a pod's series with its MIG instance's labels,
+the unattributed ones by reason, `--drop-labels` taking UUID and GPU_I_PROFILE off only."""
+
+from gpu_enricher.exposition.chargeback import EnergyAccount, energy_families
+from gpu_enricher.exposition.render import render_text
+from tests.samples import samples
+
+ACCOUNT = EnergyAccount(1, "GPU-b", {1: "3g.40gb"}, {
+    ("ml", "trainer", "main", 1): 1234.5, ("ml", "web", "nginx", None): 2.0,
+    "idle": 10.25, "host": 0.0})
+
+
+def test_pod_and_unattributed_series_carry_their_gpu_instance_and_reason() -> None:
+    body = render_text(energy_families([ACCOUNT])).decode()
+    pods = {tuple(sorted(s.labels.items())): s.value
+            for s in samples(body, "gpu_enricher_pod_energy_joules_total")}
+    assert pods == {
+        (("GPU_I_ID", "1"), ("GPU_I_PROFILE", "3g.40gb"), ("UUID", "GPU-b"),
+         ("container", "main"), ("gpu", "1"), ("namespace", "ml"), ("pod", "trainer")): 1234.5,
+        (("UUID", "GPU-b"), ("container", "nginx"), ("gpu", "1"), ("namespace", "ml"),
+         ("pod", "web")): 2.0}
+    reasons = {s.labels["reason"]: s.value
+               for s in samples(body, "gpu_enricher_unattributed_energy_joules_total", gpu="1")}
+    assert reasons == {"idle": 10.25, "host": 0.0}
+    assert "# TYPE gpu_enricher_pod_energy_joules_total counter" in body
+
+
+def test_drop_labels_takes_off_uuid_and_the_profile_only() -> None:
+    body = render_text(energy_families([ACCOUNT], frozenset({"UUID", "GPU_I_PROFILE"}))).decode()
+    trainer = samples(body, "gpu_enricher_pod_energy_joules_total", pod="trainer")[0]
+    assert set(trainer.labels) == {"gpu", "GPU_I_ID", "namespace", "pod", "container"}
+    assert all("UUID" not in s.labels
+               for s in samples(body, "gpu_enricher_unattributed_energy_joules_total"))
