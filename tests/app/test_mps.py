@@ -4,11 +4,8 @@ tree, the grpc.aio fake kubelet giving out the device plugin's replicas `<uuid>:
 fake Kubernetes API, the collector with `--kubernetes-virtual-gpus`, and `gpu-enricher inspect`.
 """
 
-import asyncio
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestServer
 
 from gpu_enricher.app import make_app
 from gpu_enricher.attribution.podlabels import PodLabelPolicy
@@ -31,7 +27,14 @@ from gpu_enricher.nvml.backend import NvmlBackend
 from gpu_enricher.sim.fake_api.objects import pod_object
 from gpu_enricher.sim.fake_api.server import FakeKubeApi
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
-from tests.app.test_process_attribution import Pod, ProcTree, cid, series, wait_synced
+from tests.app.test_process_attribution import (
+    Pod,
+    ProcTree,
+    cid,
+    inspect_served,
+    series,
+    wait_synced,
+)
 from tests.fake_nvml.build import FakeNvml, FakeProcess
 from tests.samples import value
 
@@ -161,15 +164,7 @@ async def test_query_api_and_inspect_show_the_mps_types(node: MpsNode) -> None:
     assert [h["device_id"] for h in gpu0["holders"]] == [f"{GPU0}::0", f"{GPU0}::1"]
     app = make_app(node.collector)
     app.cleanup_ctx.clear()  # the test drives the collection itself
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        result = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "gpu_enricher", "inspect", "--url",
-                             f"http://127.0.0.1:{server.port}"],
-            capture_output=True, text=True, timeout=30)
-    finally:
-        await server.close()
+    result = await inspect_served(app)
     assert result.returncode == 0, result.stderr
     rows = [r.split() for r in result.stdout.splitlines()]
     assert ["0", "-", str(SERVER_PID), "nvidia-cuda-mps", "mps-server", "320", "55%",

@@ -308,20 +308,25 @@ async def test_query_api_and_inspect_answer_who_is_on_a_gpu(node: Node) -> None:
     json.dumps(document)  # the document is plain JSON all the way down
 
 
+async def inspect_served(app: web.Application) -> subprocess.CompletedProcess[str]:
+    """`gpu-enricher inspect` as a process, against `app` served on a real port."""
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        return await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "gpu_enricher", "inspect", "--url",
+                             f"http://127.0.0.1:{server.port}"],
+            capture_output=True, text=True, timeout=30)
+    finally:
+        await server.close()
+
+
 async def test_inspect_says_so_when_the_answer_is_not_its_document() -> None:
     async def odd(request: web.Request) -> web.Response:
         return web.json_response({"gpus": [{"index": 0}]})  # a GPU without its fields
 
     app = web.Application()
     app.router.add_get("/api/v1/gpus", odd)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        result = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "gpu_enricher", "inspect", "--url",
-                             f"http://127.0.0.1:{server.port}"],
-            capture_output=True, text=True, timeout=30)
-    finally:
-        await server.close()
+    result = await inspect_served(app)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "cannot read (KeyError" in result.stderr

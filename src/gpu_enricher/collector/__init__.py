@@ -5,8 +5,8 @@ in; `/metrics` and the query API only ever read those bytes. Beside it: the pace
 (`pacing.py`), the counters plan in force (`planner.py`), the fields read every N-th pass
 (dcgm-exporter's watch groups, `watch.py`), what the collector is told at start
 (`options.py`), the log lines that report a change once (`news.py`), --dump-enabled's files
-(`dump.py`) and the per-pod counters kept across passes (`ledger.py`: GPU time;
-`energy.py`: energy).
+(`dump.py`) and the per-pod counters kept across passes (`accounts.py` over `ledger.py`:
+GPU time, and `energy.py`: energy).
 
 May import: `model`, `sources`, `backend`, `worker`, `fields`, `attribution`, `exposition`,
 `health`; never NVML, the kubelet or the API server themselves, which reach it as a

@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ..backend import BackendUnavailable, GpuBackend
-from ..exposition.chargeback import energy_families, gpu_seconds_family
 from ..exposition.ownmetrics import OwnMetrics
 from ..exposition.query import Document, encode
 from ..exposition.render import Exposition
@@ -35,10 +34,9 @@ from ..model import (
 )
 from ..sources import Source, SourceSet
 from ..worker import BlockingWorker
+from .accounts import PodAccounts
 from .cycle import CycleInputs, CycleOutputs, compose
 from .dump import PassDump
-from .energy import EnergyBook
-from .ledger import Ledger, accumulate
 from .news import Unmatched, report_gpu_changes
 from .options import CollectorOptions as CollectorOptions
 from .pacing import PassSchedule
@@ -116,10 +114,8 @@ class Collector:
         self._last_success: float | None = None
         self._unmatched = Unmatched()
         self._own = OwnMetrics()
-        self._gpu_time = Ledger()  # GPU-seconds per pod since start (-k)
-        # Joules per pod since start (--process-metrics); stepped once per NVML pass.
-        self._energy = EnergyBook(2 * options.interval_seconds)
-        self._energy_node: NodeSnapshot | None = None
+        self._accounts = PodAccounts(options.interval_seconds, options.process_metrics,
+                                     self._join.drop_labels)
         self.document: Document = {}
         """The query API's view of the last pass (/api/v1/gpus)."""
         self.document_body = b"{}"
@@ -164,20 +160,7 @@ class Collector:
         prometheus_client for the exporter's own."""
         inputs = self._inputs()
         joined: CycleOutputs = compose(inputs, self._join)
-        families = joined.families
-        if joined.shares is not None:
-            # A step is bounded by two intervals: a gap is not billed beyond what was seen.
-            self._gpu_time = accumulate(self._gpu_time, joined.shares, inputs.now,
-                                        2 * self.options.interval_seconds)
-            families = [*families, gpu_seconds_family(self._gpu_time.totals)]
-        if self.options.process_metrics and inputs.node is not None:
-            if inputs.node is not self._energy_node:  # a render without a new pass adds nothing
-                self._energy_node = inputs.node
-                self._energy.step(inputs.node, joined.processes,
-                                  inputs.processes or ProcessTable(), joined.holdings or {},
-                                  inputs.now)
-            families = [*families, *energy_families(self._energy.accounts(),
-                                                    self._join.drop_labels)]
+        families = [*joined.families, *self._accounts.families(inputs, joined)]
         own = self_families(self.snapshot, self.health(), self.options.hostname,
                             self.backend.name)
         self._unmatched.report(

@@ -1,0 +1,38 @@
+"""The per-pod accounts kept across passes, for chargeback (docs/chargeback.md): GPU-seconds
+(with -k, `ledger.py`) and joules (with --process-metrics, `energy.py`). The collector hands
+each render its inputs and the pure join's outputs; the accounts step and give their families.
+"""
+
+from ..exposition.chargeback import energy_families, gpu_seconds_family
+from ..exposition.render import Family
+from ..model import NodeSnapshot, ProcessTable
+from .cycle import CycleInputs, CycleOutputs
+from .energy import EnergyBook
+from .ledger import Ledger, accumulate
+
+
+class PodAccounts:
+    def __init__(self, interval_seconds: float, process_metrics: bool,
+                 drop_labels: frozenset[str]) -> None:
+        # A step is bounded by two intervals: a gap is not billed beyond what was seen.
+        self._max_step = 2 * interval_seconds
+        self._process_metrics = process_metrics
+        self._drop_labels = drop_labels
+        self._gpu_time = Ledger()  # GPU-seconds per pod since start (-k)
+        self._energy = EnergyBook(self._max_step)  # joules per pod, once per NVML pass
+        self._energy_node: NodeSnapshot | None = None
+
+    def families(self, inputs: CycleInputs, joined: CycleOutputs) -> list[Family]:
+        families: list[Family] = []
+        if joined.shares is not None:
+            self._gpu_time = accumulate(self._gpu_time, joined.shares, inputs.now,
+                                        self._max_step)
+            families.append(gpu_seconds_family(self._gpu_time.totals))
+        if self._process_metrics and inputs.node is not None:
+            if inputs.node is not self._energy_node:  # a render without a new pass adds nothing
+                self._energy_node = inputs.node
+                self._energy.step(inputs.node, joined.processes,
+                                  inputs.processes or ProcessTable(), joined.holdings or {},
+                                  inputs.now)
+            families += energy_families(self._energy.accounts(), self._drop_labels)
+        return families
