@@ -17,9 +17,10 @@ Checks (exit status 1 when one fails; `--json` has the figures):
           the interval before the scrape, and the series count never exceeds the warm-up's
           largest by more than 5 %;
   stale   no scrape that started more than one interval (+ `--slack`, default 1 s, for the
-          pass itself and a shared machine) after a pod departed shows its label, unless the
-          exporter said it was keeping its last kubelet answer (a `List` that timed out: it
-          keeps those labels for up to 3 intervals, by design): such sightings are reported
+          pass itself and a shared machine) after a pod departed shows its label (its GPU-time
+          and energy counters: two intervals, as they show their final value one pass more),
+          unless the exporter said it was keeping its last kubelet answer (a `List` that timed
+          out: it keeps those labels for up to 3 intervals, by design): such sightings are reported
           as explained, with the log line's time.
 The CSV (every sample) and a markdown report go to `--out`; the report to stdout.
 """
@@ -47,6 +48,7 @@ from _soak_report import Findings, Sample, report, summarize
 
 DEFAULT_SCENARIO = ROOT / "bench" / "scenarios" / "mig-8x7-110pods-churn.yaml"
 POLL_SECONDS = 0.1
+_ACCOUNTS = (b"gpu_enricher_pod_gpu_seconds_total{", b"gpu_enricher_pod_energy_joules_total{")
 _POD = re.compile(rb'[{,]pod="([^"]*)"')
 _NAMESPACE = re.compile(rb'[{,]namespace="([^"]*)"')
 _PID = re.compile(rb'[{,]pid="([0-9]+)"')
@@ -111,6 +113,7 @@ def check(body: bytes, started: float, truth: Truth, interval: float, slack: flo
     """Series, pod and pid labels of one scrape, checked against the truth."""
     series = 0
     pods: set[str] = set()
+    accounts: set[str] = set()  # pods seen only in the per-pod counters (GPU time, energy)
     pids: set[str] = set()
     for line in body.split(b"\n"):
         if not line or line.startswith(b"#"):
@@ -118,13 +121,16 @@ def check(body: bytes, started: float, truth: Truth, interval: float, slack: flo
         series += 1
         if (pod := _POD.search(line)) is not None:
             namespace = _NAMESPACE.search(line)
-            pods.add(f"pod:{namespace[1].decode() if namespace else ''}/{pod[1].decode()}")
+            key = f"pod:{namespace[1].decode() if namespace else ''}/{pod[1].decode()}"
+            (accounts if line.startswith(_ACCOUNTS) else pods).add(key)
         if (pid := _PID.search(line)) is not None:
             pids.add("pid:" + pid[1].decode())
-    for key in pods | pids:
+    for key in pods | (accounts - pods) | pids:
         gone = truth.gone_at(key)
-        # Existed at some point of the interval before the pass this scrape serves.
-        if not truth.existed_since(key, started - interval - slack):
+        # Existed at some point of the interval before the pass this scrape serves; a pod's
+        # counters are shown one pass more, with their final value (collector/ledger.py).
+        window = interval * (2 if key in accounts and key not in pods else 1)
+        if not truth.existed_since(key, started - window - slack):
             if gone is None:
                 found.unknown_count += 1
                 found.unknown[100:] = []

@@ -6,7 +6,8 @@ is the CI version of `bench/soak.py --duration 3600`: the exporter on a node of 
 instances and 110 pods, 5 of them (with their GPU processes) replaced every second, scraped every
 second for 180 s; RSS must not grow more than 5 % after the warm-up, every pod and pid label
 must be of something that existed, and no departed pod's label may be served more than one
-interval (+ 1 s) after it left, except while the exporter keeps its last kubelet answer (a
+interval (+ 1 s) after it left (its GPU-time and energy counters, which show their final value
+one pass more: two intervals), except while the exporter keeps its last kubelet answer (a
 `List` that timed out), which it logs and does for 3 intervals at most.
 """
 
