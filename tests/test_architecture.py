@@ -42,7 +42,8 @@ PARSE_HALVES = (
     "web.config", "web.config_model", "cli.flag_values", "cli.dcgm_flags", "cli.compat",
     "cli.options",
     "sim.node",
-    "sim.churn", "sim.cluster_state", "sim.scenario_values", "sim.backend",
+    "sim.churn", "sim.cluster_state", "sim.scenario_values", "sim.scenario_pods",
+    "sim.backend",
     "sim.fake_api.objects", "sim.fake_api.slices", "sim.fake_kubelet.answers",
 )
 """The pure halves of the parts that also do I/O: each sees no I/O library, even through the

@@ -1,5 +1,5 @@
-"""The NVML backend (with `nvml/device.py`, `nvml/gpm.py`, `nvml/processes.py`: the only
-pynvml importers).
+"""The NVML backend (with `nvml/device.py`, `nvml/gpm.py`, `nvml/mig.py`, `nvml/processes.py`:
+the only pynvml importers).
 
 Every call here is blocking and runs on the collector's single NVML thread. Failures are
 recorded, never raised: `NOT_SUPPORTED` removes one series (and is remembered, so the call
@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pynvml
 
@@ -32,6 +32,7 @@ from .device import (
 )
 from .fields import NvlinkRates
 from .gpm import GpmSampler, SampleKey, device_supports_gpm
+from .mig import MigProfiles, entity_ids
 from .processes import InstanceProcesses, ProcessReader, running_processes
 from .topology import P2pReader
 
@@ -57,7 +58,7 @@ class NvmlBackend:
         self._slow = SlowReadings(slow_interval_seconds)
         self._p2p = P2pReader(slow_interval_seconds)
         self._identities: dict[int, DeviceIdentity] = {}
-        self._profile_names: dict[str, dict[int, tuple[int, str, int]]] = {}
+        self._profiles = MigProfiles()
         """GPU UUID → GPU instance profile id → (profile index, name, compute slices)."""
         self._system: dict[str, str | None] = {}
         self._gpm = GpmSampler()
@@ -305,50 +306,9 @@ class NvmlBackend:
             reader.gpm = self._gpm_metrics(parent, (parent_uuid, gi), instance_specs, errors, index)
             values = {s.name: v for s in instance_specs if (v := reader.read(s)) is not None}
             by_instance[gi] = running_processes(reader, mig)
-            p = self._profile(parent, parent_uuid, gi, errors, index)
+            p = self._profiles.profile(parent, parent_uuid, gi, errors, index)
             ranks[gi] = p.rank
             by_gi[gi] = GpuInstance(gi, ci, p.name, mig_uuid, values, p.start,
                                     slices=p.slices, gpu_slices=p.gpu_slices)
-        # DCGM's entity ids (DcgmCacheManager: gpuId * maxGpcs + the count so far, walking
-        # the profiles by index and each profile's instances): what `-d i:IDS` names.
-        ordered = sorted(by_gi, key=lambda gi: (ranks[gi], gi))
-        entity = {gi: index * slots + rank for rank, gi in enumerate(ordered)}
+        entity = entity_ids(index, slots, ranks)  # what `-d i:IDS` names
         return tuple(dataclasses.replace(by_gi[gi], entity_id=entity[gi]) for gi in sorted(by_gi))
-
-    def _profile(self, parent: Any, parent_uuid: str, gi: int,
-                 errors: list[SampleError], index: int) -> "_InstanceProfile":
-        """`nvmlGpuInstanceGetInfo` gives the profile id (the profile table gives its name,
-        index and compute slices) and the placement."""
-        try:
-            info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(parent, gi))
-        except pynvml.NVMLError as exc:
-            if exc.value in GPU_FATAL:
-                raise
-            errors.append(SampleError(SOURCE, error_reason(exc), index))
-            return _InstanceProfile("", None, pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
-        table = self._profile_names.get(parent_uuid)
-        if table is None:
-            table = {}
-            for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-                try:
-                    p = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile, version=2)
-                except pynvml.NVMLError:
-                    continue
-                table[int(p.id)] = (profile, text(p.name).removeprefix("MIG "),
-                                    int(p.sliceCount))
-            if table:  # profiles are fixed per GPU; an empty answer is retried next time
-                self._profile_names[parent_uuid] = table
-        rank, name, slices = table.get(int(info.profileId),
-                                       (pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, "", 0))
-        # The whole GPU's compute slices: its largest profile's (the 7g or 4g one).
-        whole = max((entry[2] for entry in table.values()), default=0)
-        return _InstanceProfile(name, int(info.placement.start), rank, slices or None,
-                                whole or None)
-
-
-class _InstanceProfile(NamedTuple):
-    name: str
-    start: int | None
-    rank: int
-    slices: int | None = None
-    gpu_slices: int | None = None
