@@ -124,11 +124,13 @@ async def test_mps_clients_are_their_pods_and_the_server_is_nobodys_use(node: Mp
     processes = series(text, "gpu_enricher_process_memory_used_bytes")
     assert len(processes) == 3, processes
     chat = next(ln for ln in processes if f'pid="{CHAT_PID}"' in ln)
-    assert 'process_name="tritonserver",container="server",namespace="inference",' \
-           'pod="chat-0"' in chat and chat.endswith(f" {4096 * MIB}")
-    # The server's own series stays (what NVML reports for it), with its daemon pod.
+    assert 'process_name="tritonserver",process_type="mps",container="server",' \
+           'namespace="inference",pod="chat-0"' in chat and chat.endswith(f" {4096 * MIB}")
+    # The server's own series stays (what NVML reports for it), with its daemon pod, typed so
+    # that a sum over a pod's processes can leave it out.
     server = next(ln for ln in processes if f'pid="{SERVER_PID}"' in ln)
-    assert 'process_name="nvidia-cuda-mps"' in server and f'pod="{DAEMON.name}"' in server
+    assert 'process_name="nvidia-cuda-mps",process_type="mps-server"' in server
+    assert f'pod="{DAEMON.name}"' in server
     assert value(text, "gpu_enricher_process_sm_utilization_ratio", pid=str(EMBED_PID)) == \
         pytest.approx(0.15)
     # Per pod: the clients' figures; the daemon's pod uses nothing, and is not flagged for
@@ -180,7 +182,7 @@ async def test_a_server_not_found_in_proc_is_reported_as_nvml_lists_it(node: Mps
     text = await node.text()
     server = next(ln for ln in series(text, "gpu_enricher_process_memory_used_bytes")
                   if f'pid="{SERVER_PID}"' in ln)
-    assert 'process_name=""' in server and "pod=" not in server
+    assert 'process_name="",process_type="compute"' in server and "pod=" not in server
     assert value(text, "DCGM_FI_DEV_FB_USED", pod="chat-0") == 4096
 
 

@@ -184,7 +184,8 @@ async def test_processes_get_their_pods_and_a_host_process_none(node: Node) -> N
     assert len(lines) == 4, lines
     trainer = next(ln for ln in lines if 'pid="101"' in ln)
     assert trainer.startswith(f'gpu_enricher_process_memory_used_bytes{{gpu="0",UUID="{GPU0}",'
-                              'pid="101",process_name="python",container="pytorch",'
+                              'pid="101",process_name="python",process_type="compute",'
+                              'container="pytorch",'
                               f'namespace="ml",pod="trainer-0",pod_uid="{TRAINER.uid}"}} ')
     assert trainer.endswith(f" {4096 << 20}")
     host = next(ln for ln in lines if 'pid="900"' in ln)
@@ -234,7 +235,7 @@ async def test_api_down_falls_back_to_the_log_directory(node: Node) -> None:
     assert f'container="worker",namespace="ml",pod="late-2",pod_uid="{NEWCOMER.uid}"' \
         in newcomer[0]
     # Pods the API listed before it went down keep their names.
-    assert 'pid="101",process_name="python",container="pytorch"' in text
+    assert 'pid="101",process_name="python",process_type="compute",container="pytorch"' in text
     await node.api.start()
     await wait_synced(node.collector.pods, 2)  # type: ignore[arg-type]
 

@@ -57,25 +57,28 @@ def lines(families: list[Family], family: str) -> list[str]:
     ("process", "policy", "labels"),
     [
         pytest.param(proc(100, 3 * MIB, 0.25, TRAIN), NO_POLICY,
-                     f'{G0},pid="100",process_name="python3",container="trainer",'
+                     f'{G0},pid="100",process_name="python3",process_type="compute",container="trainer",'
                      'namespace="ml",pod="train-0"', id="pod-process"),
         pytest.param(proc(100, 3 * MIB, 0.25, TRAIN), PodLabelPolicy(uid=True),
-                     f'{G0},pid="100",process_name="python3",container="trainer",'
+                     f'{G0},pid="100",process_name="python3",process_type="compute",container="trainer",'
                      f'namespace="ml",pod="train-0",pod_uid="{UID_A}"', id="pod-uid-enabled"),
         pytest.param(proc(100, 3 * MIB, 0.25, TRAIN), PodLabelPolicy(labels=True),
-                     f'{G0},pid="100",process_name="python3",container="trainer",'
+                     f'{G0},pid="100",process_name="python3",process_type="compute",container="trainer",'
                      'namespace="ml",pod="train-0"', id="pod-labels-only-no-uid"),
         pytest.param(proc(100, 3 * MIB, 0.25, Workload("ml", "train-0", "", "")),
                      PodLabelPolicy(uid=True),
-                     f'{G0},pid="100",process_name="python3",namespace="ml",pod="train-0"',
+                     f'{G0},pid="100",process_name="python3",process_type="compute",namespace="ml",pod="train-0"',
                      id="container-and-uid-unknown"),
         pytest.param(proc(200, 3 * MIB, 0.25, None, name="Xorg"), PodLabelPolicy(uid=True),
-                     f'{G0},pid="200",process_name="Xorg"', id="host-process"),
+                     f'{G0},pid="200",process_name="Xorg",process_type="compute"',
+                     id="host-process"),
         pytest.param(proc(300, 3 * MIB, 0.25, TRAIN, mig=True), NO_POLICY,
-                     f'{G1},pid="300",process_name="python3",container="trainer",'
+                     f'{G1},pid="300",process_name="python3",process_type="compute",'
+                     'container="trainer",'
                      'namespace="ml",pod="train-0"', id="mig-process"),
         pytest.param(proc(400, 3 * MIB, 0.25, None, name='we"ird\\'), NO_POLICY,
-                     f'{G0},pid="400",process_name="we\\"ird\\\\"', id="escaped-name"),
+                     f'{G0},pid="400",process_name="we\\"ird\\\\",process_type="compute"',
+                     id="escaped-name"),
     ],
 )
 def test_process_series_labels(process: GpuProcess, policy: PodLabelPolicy,
@@ -103,22 +106,23 @@ def test_full_exposition() -> None:
         proc(300, 8 * MIB, None, other, allocated=False, mig=True),
         proc(301, None, 0.125, other, allocated=None, mig=True),
     ]
+    py = 'process_name="python3",process_type="compute"'
     train = 'container="trainer",namespace="ml",pod="train-0"'
     note = 'container="jupyter",namespace="dev",pod="notebook"'
     assert text(process_families(processes, NO_POLICY)) == f"""\
 # HELP {P}process_memory_used_bytes GPU memory used by a process, with its pod and container \
 when it runs in one.
 # TYPE {P}process_memory_used_bytes gauge
-{P}process_memory_used_bytes{{{G0},pid="100",process_name="python3",{train}}} 1048576
-{P}process_memory_used_bytes{{{G0},pid="101",process_name="python3",{train}}} 2097152
-{P}process_memory_used_bytes{{{G0},pid="200",process_name="Xorg"}} 4194304
-{P}process_memory_used_bytes{{{G1},pid="300",process_name="python3",{note}}} 8388608
+{P}process_memory_used_bytes{{{G0},pid="100",{py},{train}}} 1048576
+{P}process_memory_used_bytes{{{G0},pid="101",{py},{train}}} 2097152
+{P}process_memory_used_bytes{{{G0},pid="200",process_name="Xorg",process_type="compute"}} 4194304
+{P}process_memory_used_bytes{{{G1},pid="300",{py},{note}}} 8388608
 # HELP {P}process_sm_utilization_ratio Share of time the process used the GPU's SMs since the \
 previous pass (0-1); absent when NVML had no sample.
 # TYPE {P}process_sm_utilization_ratio gauge
-{P}process_sm_utilization_ratio{{{G0},pid="100",process_name="python3",{train}}} 0.700000
-{P}process_sm_utilization_ratio{{{G0},pid="101",process_name="python3",{train}}} 0.500000
-{P}process_sm_utilization_ratio{{{G1},pid="301",process_name="python3",{note}}} 0.125000
+{P}process_sm_utilization_ratio{{{G0},pid="100",{py},{train}}} 0.700000
+{P}process_sm_utilization_ratio{{{G0},pid="101",{py},{train}}} 0.500000
+{P}process_sm_utilization_ratio{{{G1},pid="301",{py},{note}}} 0.125000
 # HELP {P}pod_memory_used_bytes GPU memory used by a pod's processes on this GPU or GPU instance.
 # TYPE {P}pod_memory_used_bytes gauge
 {P}pod_memory_used_bytes{{{G0},namespace="ml",pod="train-0"}} 3145728

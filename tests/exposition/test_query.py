@@ -368,10 +368,10 @@ def test_compose_end_to_end() -> None:
     ]
     # train-0's container name came from the log names, its UID from the API.
     assert (f'gpu_enricher_process_memory_used_bytes{{gpu="0",UUID="{UUID0}",pid="100",'
-            'process_name="python3",container="trainer",namespace="ml",pod="train-0",'
+            'process_name="python3",process_type="compute",container="trainer",namespace="ml",pod="train-0",'
             f'pod_uid="{UID_TRAIN}"}} 3145728') in lines
     assert (f'gpu_enricher_process_memory_used_bytes{{gpu="0",UUID="{UUID0}",pid="200",'
-            'process_name="Xorg"} 7340032') in lines
+            'process_name="Xorg",process_type="compute"} 7340032') in lines
     assert not any(line.startswith("gpu_enricher_unallocated_process_info{") for line in lines)
     gpu = doc["gpus"][0]
     assert [h["pod"] for h in gpu["holders"]] == ["notebook", "train-0"]

@@ -27,6 +27,7 @@ DROPPABLE: Final[Mapping[str, str]] = MappingProxyType({
     "hostname": "one per node, the scrape target (the same as -n/--no-hostname)",
     names.LABEL_POD_UID: "one per pod (namespace, pod)",
     names.LABEL_PROCESS_NAME: "one per process (gpu, pid)",
+    names.LABEL_PROCESS_TYPE: "one per process (gpu, pid)",
     "dra_claim_namespace": "the pod's namespace (a pod can only use claims of its namespace)",
     "dra_device_name": "one per GPU or MIG instance",
     "dra_driver_name": "one per GPU or MIG instance",

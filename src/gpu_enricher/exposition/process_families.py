@@ -28,8 +28,9 @@ def device_pairs(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[tuple[s
 
 
 def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[str]) -> str:
+    # The type lets a sum over a pod's processes leave the MPS server out (issue 25).
     pairs = [*device_pairs(proc.gpu, proc.instance), (names.LABEL_PID, str(proc.sample.pid)),
-             (names.LABEL_PROCESS_NAME, proc.name)]
+             (names.LABEL_PROCESS_NAME, proc.name), (names.LABEL_PROCESS_TYPE, proc.sample.kind)]
     work = proc.workload
     if work is not None:  # a host process has no pod labels at all, not empty ones
         attrs = [(names.LABEL_CONTAINER, work.container), (names.LABEL_NAMESPACE, work.namespace),

@@ -24,6 +24,8 @@ LABEL_VGPU: Final = "vgpu"
 LABEL_POD_UID: Final = "pod_uid"
 LABEL_PID: Final = "pid"
 LABEL_PROCESS_NAME: Final = "process_name"
+LABEL_PROCESS_TYPE: Final = "process_type"
+"""compute, graphics, mps (an MPS client) or mps-server (the MPS server or control daemon)."""
 POD_LABEL_PREFIX: Final = "pod_label_"
 LABEL_HPC_JOB: Final = "hpc_job"
 """An HPC job holding the GPU (`--hpc-job-mapping-dir`): an attribute, as dcgm-exporter's hpc.go."""
@@ -36,7 +38,7 @@ INSTANCE_LABELS: Final = (LABEL_GPU_I_PROFILE, LABEL_GPU_I_ID)
 POD_LABELS: Final = (LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD)
 RESERVED_LABELS: Final = frozenset({
     *DEVICE_LABELS, *INSTANCE_LABELS, *HOSTNAME_LABEL_NAMES, *POD_LABELS, LABEL_VGPU,
-    LABEL_POD_UID, LABEL_PID, LABEL_PROCESS_NAME, LABEL_HPC_JOB,
+    LABEL_POD_UID, LABEL_PID, LABEL_PROCESS_NAME, LABEL_PROCESS_TYPE, LABEL_HPC_JOB,
     # Prometheus's target labels: with honorLabels: true a pod label would replace them, and
     # dashboard 12239 keys on `instance`.
     "job", "instance",
