@@ -93,3 +93,35 @@ def test_the_simulated_node_s_energy_series_add_up(exporters: list[Exporter]) ->
     assert len(exact) >= 4, exact
     trainer = sum(v for k, v in second.items() if "llm-trainer-0" in k[1])
     assert trainer > 0, "the trainer's process pays for what it uses"
+
+
+def test_the_split_uses_the_gpu_s_counter_even_when_the_counters_file_lists_neither(
+        exporters: list[Exporter], fake_nvml_path: Path, tmp_path: Path) -> None:
+    """A counters file without the energy counter or the power: with --process-metrics both are
+    still read (and not shown), so the series add up to the counter, not to power times time. The
+    fake's counter rises 100 mJ per read (0.1 J) while it draws ~16 W: the integrated power
+    would be some 100 times more, and not in steps of 0.1 J."""
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n")
+    exp = Exporter(["-c", "200", "--process-metrics", "--slow-fields-interval", "600",
+                    "-f", str(counters)],
+                   {"LD_LIBRARY_PATH": str(fake_nvml_path.parent), "FAKE_NVML_PROCESSES": "1="})
+    exporters.append(exp)
+    started = time.monotonic()
+    exp.wait_ready()
+    deadline = started + 20
+    while True:
+        body = get(exp.base + "/metrics")[1]
+        idle = value(body, UNATTRIBUTED, gpu="1", reason="idle")
+        if idle is not None and idle >= 0.3:
+            break
+        assert time.monotonic() < deadline, body
+        time.sleep(0.2)
+    elapsed = time.monotonic() - started
+    assert COUNTER not in body and "DCGM_FI_DEV_POWER_USAGE" not in body
+    assert "DCGM_FI_DEV_GPU_UTIL{" in body
+    reads = idle / 0.1
+    assert abs(reads - round(reads)) < 1e-6, idle  # whole counter steps
+    assert idle < elapsed * 2, (idle, elapsed)  # power times time: ~16 J each second
+    code, err = exp.stop()
+    assert code == 0, err

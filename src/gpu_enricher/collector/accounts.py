@@ -3,6 +3,7 @@
 each render its inputs and the pure join's outputs; the accounts step and give their families.
 """
 
+from ..attribution.energy import ENERGY_FIELD, POWER_FIELD
 from ..exposition.chargeback import energy_families, gpu_seconds_family
 from ..exposition.render import Family
 from ..model import NodeSnapshot, ProcessTable
@@ -21,6 +22,11 @@ class PodAccounts:
         self._gpu_time = Ledger()  # GPU-seconds per pod since start (-k)
         self._energy = EnergyBook(self._max_step)  # joules per pod, once per NVML pass
         self._energy_node: NodeSnapshot | None = None
+
+    def sampled_fields(self) -> frozenset[str]:
+        """What the GPU pass must read for the energy split, whatever the counters file lists:
+        the GPU's own energy counter (on the backend's slow cadence) and its power."""
+        return frozenset({ENERGY_FIELD, POWER_FIELD}) if self._process_metrics else frozenset()
 
     def families(self, inputs: CycleInputs, joined: CycleOutputs) -> list[Family]:
         families: list[Family] = []

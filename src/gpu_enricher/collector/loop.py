@@ -238,7 +238,7 @@ class Collector:
         plan = self._planner.refresh(self.backend, stale_only=True)
         planned = [m.field for m in plan.metrics]
         every_pass = self.clock_events.sampled_fields(planned).union(
-            self.gpu_health.sampled_fields(planned))
+            self.gpu_health.sampled_fields(planned), self._accounts.sampled_fields())
         skipped = self._cadence.skipped(plan.sampled_fields - every_pass)
         fields = plan.sampled_fields.union(every_pass) - skipped
         started = time.perf_counter()
