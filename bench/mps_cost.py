@@ -30,18 +30,23 @@ from _common import DEFAULT_BUILD_DIR, GPU_COUNT, ROOT, build_fake_nvml, median
 PROCESSES = 100
 
 
-def spec(mps: bool) -> str:
-    """FAKE_NVML_PROCESSES: per GPU one server (compute) and its clients (m, or c)."""
-    kind = "m" if mps else "c"
-    per_gpu: list[list[str]] = [[] for _ in range(GPU_COUNT)]
+def per_gpu(kind: str) -> list[str]:
+    """Each GPU's fake processes: process n on GPU n % 8, the first of each GPU its MPS server
+    (compute list), the others its clients in the lists `kind` names (tests/fake_nvml)."""
+    found: list[list[str]] = [[] for _ in range(GPU_COUNT)]
     for n in range(PROCESSES):
         gpu = n % GPU_COUNT
         pid = 10_000 + n
-        if not per_gpu[gpu]:
-            per_gpu[gpu].append(f"{pid}:320::5")  # the server
+        if not found[gpu]:
+            found[gpu].append(f"{pid}:320::5")  # the server
         else:
-            per_gpu[gpu].append(f"{pid}:1024::{10 + n % 50}::{kind}")
-    return ";".join(f"{g}={','.join(procs)}" for g, procs in enumerate(per_gpu))
+            found[gpu].append(f"{pid}:1024::{10 + n % 50}::{kind}")
+    return [",".join(procs) for procs in found]
+
+
+def spec(mps: bool) -> str:
+    """FAKE_NVML_PROCESSES: per GPU one server (compute) and its clients (m, or c)."""
+    return ";".join(f"{g}={procs}" for g, procs in enumerate(per_gpu("m" if mps else "c")))
 
 
 def round_cpu(fake: Any, mps: bool, passes: int, fields: frozenset[str]) -> list[float]:

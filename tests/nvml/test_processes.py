@@ -2,7 +2,7 @@
 graphics lists, MIG attribution and per-process utilisation."""
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,6 +19,19 @@ from tests.fake_nvml.build import FakeNvml, FakeProcess
 MIB = 1 << 20
 UUID0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
 UTIL = "nvmlDeviceGetProcessUtilization"
+
+
+def wrap_symbol(monkeypatch: pytest.MonkeyPatch, symbol: str,
+                stand_in: Callable[[Any], Any]) -> None:
+    """Replace one NVML symbol where pynvml looks it up: `stand_in(real)` gives the function
+    called instead (the C function's arguments, an nvmlReturn_t back), or raises as pynvml
+    does for a symbol the driver lacks."""
+    lookup = pynvml._nvmlGetFunctionPointer
+
+    def patched(name: str) -> Any:
+        return stand_in(lookup(name)) if name == symbol else lookup(name)
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", patched)
 
 
 @pytest.fixture
@@ -99,17 +112,18 @@ def test_mig_processes_carry_their_gpu_instance(fake: FakeNvml, nvml: Any) -> No
 def test_mig_handles_supply_processes_the_parent_does_not_list(
         fake: FakeNvml, nvml: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = nvml(gpu_count="1", mig="0=1:9,2:19", processes="0=200:10:1,201:20:2")
-    real = pynvml.nvmlDeviceGetComputeRunningProcesses
     parent = pynvml.nvmlDeviceGetHandleByIndex(0)
 
-    def refused_on_parent(handle: Any) -> Any:
-        # As NVML answers an unprivileged caller on a MIG-mode parent.
-        if pynvml.nvmlDeviceIsMigDeviceHandle(handle).value == 0 and \
-                pynvml.nvmlDeviceGetUUID(handle) == pynvml.nvmlDeviceGetUUID(parent):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
-        return real(handle)
+    def refused_on_parent(real: Any) -> Any:
+        def call(handle: Any, count: Any, entries: Any) -> int:
+            # As NVML answers an unprivileged caller on a MIG-mode parent.
+            if pynvml.nvmlDeviceIsMigDeviceHandle(handle).value == 0 and \
+                    pynvml.nvmlDeviceGetUUID(handle) == pynvml.nvmlDeviceGetUUID(parent):
+                return int(pynvml.NVML_ERROR_NO_PERMISSION)
+            return int(real(handle, count, entries))
+        return call
 
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", refused_on_parent)
+    wrap_symbol(monkeypatch, "nvmlDeviceGetComputeRunningProcesses_v3", refused_on_parent)
     snap = sample(backend)
     assert [(p.pid, p.gpu_instance_id, p.kind) for p in snap.gpus[0].processes] == [
         (200, 1, "compute"), (201, 2, "compute")]
@@ -305,10 +319,10 @@ def test_mps_falls_back_to_v2_without_the_v3_symbol(
         fake: FakeNvml, nvml: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = nvml(gpu_count="1", processes="0=500:128::::m")
 
-    def missing(handle: Any) -> Any:  # what pynvml raises for a symbol the driver lacks
+    def missing(real: Any) -> Any:  # what pynvml raises for a symbol the driver lacks
         raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
-    monkeypatch.setattr(pynvml, MPS_V3, missing)
+    wrap_symbol(monkeypatch, MPS_V3, missing)
     for passes in (1, 2):
         snap = sample(backend)
         assert [(p.pid, p.used_memory_bytes, p.kind) for p in snap.gpus[0].processes] == [
@@ -321,15 +335,14 @@ def test_mps_read_failure_costs_only_that_list(fake: FakeNvml, nvml: Any,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     backend = nvml(gpu_count="1", processes="0=100:512,101:64::::m")
 
-    real = pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v3
-    failures = [pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)]
+    failures = [pynvml.NVML_ERROR_TIMEOUT]
 
-    def failing_once(handle: Any) -> Any:
-        if failures:
-            raise failures.pop()
-        return real(handle)
+    def failing_once(real: Any) -> Any:
+        def call(handle: Any, count: Any, entries: Any) -> int:
+            return int(failures.pop()) if failures else int(real(handle, count, entries))
+        return call
 
-    monkeypatch.setattr(pynvml, MPS_V3, failing_once)
+    wrap_symbol(monkeypatch, MPS_V3, failing_once)
     snap = sample(backend)
     assert [p.pid for p in snap.gpus[0].processes] == [100]
     assert [e.reason for e in snap.errors] == ["Timeout"]

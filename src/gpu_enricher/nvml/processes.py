@@ -4,8 +4,9 @@ Part of the NVML backend (with `nvml/backend.py`, `nvml/device.py` and `nvml/gpm
 importers of pynvml); runs only on the NVML thread.
 """
 
+import ctypes
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Final
@@ -33,16 +34,39 @@ InstanceProcesses = dict[int, ProcessMap]
 """GPU instance id → the processes its MIG device handle lists."""
 
 
-def mps_clients(handle: Any) -> Any:
-    """The MPS client processes (issue 25): v3, else v2 where the driver has no v3 symbol
-    (pynvml raises FUNCTION_NOT_FOUND for a missing symbol). NOT_SUPPORTED, or no symbol at
-    all, is remembered per device by the reader, so an MPS-less GPU is asked once."""
+def process_list(symbol: str, entry: Any, handle: Any) -> Sequence[Any]:
+    """One of NVML's running-process lists, as pynvml's own wrappers ask for it (a size query,
+    then an array oversized for processes that start in between), but its entries left as
+    ctypes structures: pynvml copies each into a dict-backed object, ~5 µs an entry, which
+    made a GPU's 12 MPS clients, listed twice (`M+C`), cost 81 µs a pass (issue 25's
+    benchmark). Raises pynvml.NVMLError as the wrappers do (FUNCTION_NOT_FOUND: no symbol)."""
+    function = pynvml._nvmlGetFunctionPointer(symbol)
+    count = ctypes.c_uint(0)
+    status = function(handle, ctypes.byref(count), None)
+    if status == pynvml.NVML_SUCCESS:
+        return ()
+    if status != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise pynvml.NVMLError(status)
+    count.value = count.value * 2 + 5
+    entries = (entry * count.value)()
+    status = function(handle, ctypes.byref(count), entries)
+    if status != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(status)
+    return list(entries[:count.value])
+
+
+def mps_clients(handle: Any) -> Sequence[Any]:
+    """The MPS client processes (issue 25): v3, else v2 where the driver has no v3 symbol.
+    NOT_SUPPORTED, or no symbol at all, is remembered per device by the reader, so an MPS-less
+    GPU is asked once."""
     try:
-        return pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v3(handle)
+        return process_list("nvmlDeviceGetMPSComputeRunningProcesses_v3",
+                            pynvml.c_nvmlProcessInfo_v3_t, handle)
     except pynvml.NVMLError as exc:
         if exc.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
             raise
-    return pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v2(handle)
+    return process_list("nvmlDeviceGetMPSComputeRunningProcesses_v2",
+                        pynvml.c_nvmlProcessInfo_v2_t, handle)
 
 
 _LISTS: Final[tuple[tuple[str, str, Callable[[Any], Any]], ...]] = (
@@ -51,8 +75,10 @@ _LISTS: Final[tuple[tuple[str, str, Callable[[Any], Any]], ...]] = (
     # and graphics lists is reported once, as compute. The MPS server is in the compute list;
     # attribution/workloads.py tells it by its name.
     ("mps", "mps_processes", mps_clients),
-    ("compute", "processes", lambda h: pynvml.nvmlDeviceGetComputeRunningProcesses(h)),
-    ("graphics", "graphics_processes", lambda h: pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)),
+    ("compute", "processes", partial(process_list, "nvmlDeviceGetComputeRunningProcesses_v3",
+                                     pynvml.c_nvmlProcessInfo_v3_t)),
+    ("graphics", "graphics_processes", partial(
+        process_list, "nvmlDeviceGetGraphicsRunningProcesses_v3", pynvml.c_nvmlProcessInfo_v3_t)),
 )
 
 
@@ -195,7 +221,7 @@ class ProcessReader:
 
 
 def _memory(used: Any) -> int | None:
-    # pynvml already turns NVML_VALUE_NOT_AVAILABLE into None; older versions did not.
+    # NVML_VALUE_NOT_AVAILABLE: the memory is not known (WDDM, or a process being torn down).
     return None if used is None or int(used) == NOT_AVAILABLE_ULL else int(used)
 
 
