@@ -68,13 +68,14 @@ def _slice_share(proc: GpuProcess) -> float:
 def used_weights(processes: Iterable[GpuProcess], table: ProcessTable) -> dict[Payer, float]:
     """Each payer's weight in the active energy of one GPU (not normalised)."""
     procs = list(processes)
-    clients = [p for p in procs if p.sample.kind == "mps"]
     weights: dict[Payer, float] = {}
     if any(p.sample.sm_utilization for p in procs):
+        clients = [p for p in procs if p.sample.kind == "mps"]
         for proc in procs:
             sm = proc.sample.sm_utilization or 0.0
             if proc.sample.kind != MPS_SERVER:
-                _add(weights, _payer(proc, table), sm)
+                payer = _payer(proc, table)
+                weights[payer] = weights.get(payer, 0.0) + sm
             elif clients:  # the server runs the clients' kernels
                 memory = [float(c.sample.used_memory_bytes or 0) for c in clients]
                 total = sum(memory)
@@ -103,18 +104,19 @@ def pass_split(gpu: GpuSnapshot, processes: Iterable[GpuProcess], table: Process
     used = sum(weights.values())
     if used <= 0:
         active = 0.0  # nothing measurably runs: power above the baseline is the GPU's own
-    for payer, weight in weights.items():
-        if weight > 0:
-            _add(split, payer, active * weight / used)
+    else:
+        for payer, weight in weights.items():
+            if weight > 0:  # in this order: a tiny `used` would overflow active / used
+                split[payer] = active * weight / used
     idle = 1.0 - active
     held = 0.0
     index = gpu.identity.index
     for (gpu_index, instance_id), parts in holdings.items():
         if gpu_index != index:
             continue
-        for holder, share in parts:
-            _add(split, (holder.namespace, holder.pod, holder.container, instance_id),
-                 idle * share)
+        for holder, share in parts:  # a full node: ~110 holders a pass over its GPUs
+            payer = (holder.namespace, holder.pod, holder.container, instance_id)
+            split[payer] = split.get(payer, 0.0) + idle * share
             held += share
     if held < 1.0:
         _add(split, IDLE, idle * (1.0 - held))

@@ -4,7 +4,7 @@ each render its inputs and the pure join's outputs; the accounts step and give t
 """
 
 from ..attribution.energy import ENERGY_FIELD, POWER_FIELD
-from ..exposition.chargeback import energy_families, gpu_seconds_family
+from ..exposition.chargeback import EnergyView, gpu_seconds_family
 from ..exposition.render import Family
 from ..model import NodeSnapshot, ProcessTable
 from .cycle import CycleInputs, CycleOutputs
@@ -22,6 +22,10 @@ class PodAccounts:
         self._gpu_time = Ledger()  # GPU-seconds per pod since start (-k)
         self._energy = EnergyBook(self._max_step)  # joules per pod, once per NVML pass
         self._energy_node: NodeSnapshot | None = None
+        self._energy_view = EnergyView(drop_labels)
+        self._energy_shown: tuple[int, list[Family]] | None = None
+        """The energy families and the book's revision they show: rebuilt only when a total
+        changed, which a counter on the slow cadence does once per --slow-fields-interval."""
 
     def sampled_fields(self) -> frozenset[str]:
         """What the GPU pass must read for the energy split, whatever the counters file lists:
@@ -40,5 +44,8 @@ class PodAccounts:
                 self._energy.step(inputs.node, joined.processes,
                                   inputs.processes or ProcessTable(), joined.holdings or {},
                                   inputs.now)
-            families += energy_families(self._energy.accounts(), self._drop_labels)
+            if self._energy_shown is None or self._energy_shown[0] != self._energy.revision:
+                self._energy_shown = (self._energy.revision, self._energy_view.families(
+                    self._energy.accounts(), self._energy.members))
+            families += self._energy_shown[1]
         return families

@@ -63,6 +63,12 @@ class EnergyBook:
         self.max_step = max_step
         self.baseline_window = baseline_window
         self.meters: dict[str, Meter] = {}
+        self.revision = 0
+        """Moves whenever a total shown changes, starts or ends: between two moves of a slow
+        counter the families need not be rebuilt."""
+        self.members = 0
+        """Moves whenever a series starts or ends or a GPU's labels change: while it stays,
+        only the values of the series shown change."""
 
     def accounts(self) -> list[EnergyAccount]:
         return [EnergyAccount(m.identity.index, m.identity.uuid, m.profiles, m.totals)
@@ -79,6 +85,7 @@ class EnergyBook:
         present = {gpu.identity.uuid for gpu in node.gpus}
         for uuid in [u for u in self.meters if u not in present]:  # unbound: its series end
             del self.meters[uuid]
+            self._changed_members()
         for gpu in node.gpus:
             if gpu.healthy:  # a lost GPU's series stay as they were until it answers
                 index = gpu.identity.index
@@ -86,27 +93,47 @@ class EnergyBook:
 
     def _gpu(self, gpu: GpuSnapshot, processes: Iterable[GpuProcess], table: ProcessTable,
              holdings: Mapping[EntityKey, list[tuple[Holder, float]]], now: float) -> None:
-        meter = self.meters.setdefault(gpu.identity.uuid, Meter(gpu.identity))
-        meter.identity = gpu.identity
-        meter.profiles.update((i.gpu_instance_id, i.profile) for i in gpu.instances)
+        meter = self.meters.get(gpu.identity.uuid)
+        if meter is None:
+            meter = self.meters[gpu.identity.uuid] = Meter(gpu.identity)
+            self._changed_members()
+        if meter.identity != gpu.identity:
+            meter.identity = gpu.identity
+            self._changed_members()
+        for inst in gpu.instances:
+            if meter.profiles.get(inst.gpu_instance_id) != inst.profile:
+                meter.profiles[inst.gpu_instance_id] = inst.profile
+                self._changed_members()
         watts = reading(gpu, POWER_FIELD)
         baseline = meter.baseline(now, watts, self.baseline_window)
         step = 0.0 if meter.at is None else min(max(0.0, now - meter.at), self.max_step)
         meter.at = now
         split = pass_split(gpu, processes, table, holdings, baseline)
+        weight = max(step, MIN_WEIGHT)
+        pending, totals = meter.pending, meter.totals
         for payer, fraction in split.items():
-            meter.pending[payer] = meter.pending.get(payer, 0.0) + fraction * max(step,
-                                                                                 MIN_WEIGHT)
-            meter.totals.setdefault(payer, 0.0)  # a new series starts at 0
-        self._spend(meter, self._delta(meter, gpu, watts, step))
-        live = split.keys() | meter.pending.keys()
+            pending[payer] = pending.get(payer, 0.0) + fraction * weight
+            if payer not in totals:  # a new series starts at 0
+                totals[payer] = 0.0
+                self._changed_members()
+        if self._spend(meter, self._delta(meter, gpu, watts, step)):
+            self.revision += 1
+        if len(totals) > len(split) or meter.closing:  # some series neither held nor used
+            self._close(meter, split.keys() | pending.keys())
+
+    def _close(self, meter: Meter, live: set[Payer]) -> None:
         for payer in [p for p in meter.totals if isinstance(p, tuple) and p not in live]:
             if payer in meter.closing:  # shown once with its final value: now it ends
                 meter.ended += meter.totals.pop(payer)
                 meter.closing.discard(payer)
+                self._changed_members()
             else:
                 meter.closing.add(payer)
         meter.closing &= meter.totals.keys() - live
+
+    def _changed_members(self) -> None:
+        self.members += 1
+        self.revision += 1
 
     @staticmethod
     def _delta(meter: Meter, gpu: GpuSnapshot, watts: float | None, step: float) -> float:
@@ -124,10 +151,12 @@ class EnergyBook:
         return rise / 1000
 
     @staticmethod
-    def _spend(meter: Meter, joules: float) -> None:
+    def _spend(meter: Meter, joules: float) -> bool:
+        """Split `joules` by the pending weights; whether any total moved."""
         weight = sum(meter.pending.values())
         if joules <= 0 or weight <= 0:
-            return
+            return False
         for payer, part in meter.pending.items():
             meter.totals[payer] = meter.totals.get(payer, 0.0) + joules * part / weight
         meter.pending.clear()
+        return True

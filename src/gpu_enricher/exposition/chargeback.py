@@ -71,28 +71,65 @@ def _energy_labels(gpu: int, uuid: str, profile: str | None, payer: Payer,
                              (names.LABEL_CONTAINER, container)], drop))
 
 
-def _by_labels(sample: Sample) -> str:
-    return sample.labels
+EnergyRow = tuple[str, Mapping[Payer, float], Payer]
+"""One energy series: its labels, and where its value is (its GPU's totals, by payer)."""
+
+
+def _energy_rows(accounts: Iterable[EnergyAccount],
+                 drop: frozenset[str]) -> tuple[list[EnergyRow], list[EnergyRow]]:
+    """The pod series and the unattributed ones, each sorted by labels."""
+    pods: list[EnergyRow] = []
+    unattributed: list[EnergyRow] = []
+    for account in accounts:
+        for payer in account.totals:
+            profile = None if isinstance(payer, str) or payer[3] is None else \
+                account.profiles.get(payer[3])
+            row = (_energy_labels(account.gpu, account.uuid, profile, payer, drop),
+                   account.totals, payer)
+            (unattributed if isinstance(payer, str) else pods).append(row)
+    pods.sort(key=_by_labels)
+    unattributed.sort(key=_by_labels)
+    return pods, unattributed
+
+
+def _by_labels(row: EnergyRow) -> str:
+    return row[0]
+
+
+def _samples(rows: list[EnergyRow]) -> tuple[Sample, ...]:
+    # Finite and never negative: `%f` as format_value writes it, without its checks.
+    return tuple(Sample(labels, f"{totals[payer]:.6f}", "_total") for labels, totals, payer in rows)
+
+
+class EnergyView:
+    """`gpu_enricher_pod_energy_joules_total` and `gpu_enricher_unattributed_energy_joules_total`
+    of an energy book: per GPU they add up to its energy counter's rise since the exporter
+    started. `--drop-labels` may drop `UUID` and `GPU_I_PROFILE` (`gpu` and `GPU_I_ID` still
+    tell the series apart). The series' labels and order are kept while the same series are
+    shown (the book's `members` revision), so a pass whose counter moved only writes values."""
+
+    def __init__(self, drop: frozenset[str] = frozenset()) -> None:
+        self._drop = drop
+        self._members: int | None = None
+        self._rows: tuple[list[EnergyRow], list[EnergyRow]] = ([], [])
+
+    def families(self, accounts: Iterable[EnergyAccount], members: int | None) -> list[Family]:
+        """`members`: a number that changes whenever a series starts or ends, or a GPU's labels
+        change; None: the accounts are new (labelled and sorted afresh)."""
+        if members is None or members != self._members:
+            self._rows = _energy_rows(accounts, self._drop)
+            self._members = members
+        pods, unattributed = self._rows
+        return [Family(POD_ENERGY, "counter",
+                       "GPU energy a container used on this GPU, in joules, since the exporter "
+                       "started (docs/chargeback.md).", _samples(pods)),
+                Family(UNATTRIBUTED_ENERGY, "counter",
+                       "GPU energy no pod pays for, in joules, since the exporter started: idle "
+                       "(nobody holds the GPU), host (processes in no pod), unknown.",
+                       _samples(unattributed))]
 
 
 def energy_families(accounts: Iterable[EnergyAccount],
                     drop: frozenset[str] = frozenset()) -> list[Family]:
-    """`gpu_enricher_pod_energy_joules_total` and `gpu_enricher_unattributed_energy_joules_total`:
-    per GPU they add up to its energy counter's rise since the exporter started. `--drop-labels`
-    may drop `UUID` and `GPU_I_PROFILE` (`gpu` and `GPU_I_ID` still tell the series apart)."""
-    pods: list[Sample] = []
-    unattributed: list[Sample] = []
-    for account in sorted(accounts, key=lambda a: a.gpu):
-        for payer, joules in account.totals.items():
-            profile = None if isinstance(payer, str) or payer[3] is None else \
-                account.profiles.get(payer[3])
-            sample = Sample(_energy_labels(account.gpu, account.uuid, profile, payer, drop),
-                            format_value(float(joules)), "_total")
-            (unattributed if isinstance(payer, str) else pods).append(sample)
-    return [Family(POD_ENERGY, "counter",
-                   "GPU energy a container used on this GPU, in joules, since the exporter "
-                   "started (docs/chargeback.md).", tuple(sorted(pods, key=_by_labels))),
-            Family(UNATTRIBUTED_ENERGY, "counter",
-                   "GPU energy no pod pays for, in joules, since the exporter started: idle "
-                   "(nobody holds the GPU), host (processes in no pod), unknown.",
-                   tuple(sorted(unattributed, key=_by_labels)))]
+    """The two energy families of `accounts`, labelled afresh (EnergyView)."""
+    return EnergyView(drop).families(accounts, None)
