@@ -1,7 +1,9 @@
 """The energy families as Prometheus reads them: a pod's series with its MIG instance's labels,
-the unattributed ones by reason, `--drop-labels` taking UUID and GPU_I_PROFILE off only."""
+the unattributed ones by reason, `--drop-labels` taking UUID and GPU_I_PROFILE off only; a view
+kept across passes shows each pass's values and, once told the members changed, the new series."""
 
-from gpu_enricher.exposition.chargeback import EnergyAccount, energy_families
+from gpu_enricher.attribution.energy import Payer
+from gpu_enricher.exposition.chargeback import EnergyAccount, EnergyView, energy_families
 from gpu_enricher.exposition.render import render_text
 from tests.samples import samples
 
@@ -31,3 +33,27 @@ def test_drop_labels_takes_off_uuid_and_the_profile_only() -> None:
     assert set(trainer.labels) == {"gpu", "GPU_I_ID", "namespace", "pod", "container"}
     assert all("UUID" not in s.labels
                for s in samples(body, "gpu_enricher_unattributed_energy_joules_total"))
+
+
+def test_a_view_shows_new_values_and_new_series_once_told() -> None:
+    totals: dict[Payer, float] = {("ml", "web", "nginx", None): 2.0, "idle": 1.0}
+    account = EnergyAccount(0, "GPU-a", {}, totals)
+    view = EnergyView()
+
+    def shown() -> dict[str, float]:
+        body = render_text(view.families([account], members)).decode()
+        return {s.labels.get("pod", s.labels.get("reason", "")): s.value
+                for name in ("gpu_enricher_pod_energy_joules_total",
+                             "gpu_enricher_unattributed_energy_joules_total")
+                for s in samples(body, name)}
+
+    members = 1
+    assert shown() == {"web": 2.0, "idle": 1.0}
+    totals[("ml", "web", "nginx", None)] = 7.5  # the counter moved: the same series
+    assert shown() == {"web": 7.5, "idle": 1.0}
+    totals[("ml", "db", "pg", None)] = 0.0  # a series starts: the book moves its members
+    del totals["idle"]
+    members = 2
+    assert shown() == {"web": 7.5, "db": 0.0}
+    assert [f.samples for f in view.families([account], members)] == \
+        [f.samples for f in energy_families([account])], "as labelled afresh"

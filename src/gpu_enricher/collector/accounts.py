@@ -18,7 +18,6 @@ class PodAccounts:
         # A step is bounded by two intervals: a gap is not billed beyond what was seen.
         self._max_step = 2 * interval_seconds
         self._process_metrics = process_metrics
-        self._drop_labels = drop_labels
         self._gpu_time = Ledger()  # GPU-seconds per pod since start (-k)
         self._energy = EnergyBook(self._max_step)  # joules per pod, once per NVML pass
         self._energy_node: NodeSnapshot | None = None
