@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final
+from typing import Final, NamedTuple
 
 from ..model import FieldValue
 
@@ -19,8 +19,11 @@ OPENMETRICS_CONTENT_TYPE: Final = "application/openmetrics-text; version=1.0.0; 
 GZIP_LEVEL: Final = 6
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
+    """One series. A named tuple, immutable as the snapshot it is rendered from: a pass makes
+    one per series (a full node some thousands), and a frozen dataclass's __init__ costs about
+    three times as much (1.7 against 0.6 µs here)."""
+
     labels: str
     """Pre-rendered label pairs without braces, `gpu="0",UUID="GPU-…"`; may be empty."""
     value: str
