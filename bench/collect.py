@@ -93,7 +93,8 @@ def measure(fake: Any, passes: int, warmup: int, mig: str | None, profile: bool,
     hostname = socket.gethostname()
     collector = Collector(backend, CollectorOptions(5.0, hostname, counters, drop_labels=drop))
     set_plan(collector, plan)
-    collector._opened = True
+    session = collector._session
+    session.opened = True
     fields = plan.sampled_fields
     clock = time.thread_time
     own_metrics = OwnMetrics()
@@ -104,9 +105,9 @@ def measure(fake: Any, passes: int, warmup: int, mig: str | None, profile: bool,
             ms_sample, snapshot = _timed(clock, backend.sample, fields)
             assert isinstance(snapshot, NodeSnapshot)
             collector.snapshot = snapshot
-            collector._collections += 1
-            collector._last_duration = ms_sample / 1e3  # as collect_once sets them
-            collector._last_success = time.time()
+            session.collections += 1
+            session.last_duration = ms_sample / 1e3  # as collect_once sets them
+            session.last_success = time.time()
             ms_render, exposition = _timed(clock, collector._render)
             assert isinstance(exposition, Exposition)
             fresh = Exposition(exposition.text, exposition.openmetrics)  # nothing cached yet

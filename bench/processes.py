@@ -474,16 +474,16 @@ async def measure_pass(fake: Any, node: BenchNode, tmp: Path, cycles: int, warmu
         off = Collector(backend, CollectorOptions(1.0, NODE, counters), assignments=kubelet)
         for c in (on, off):
             set_plan(c, plan)
-            c._opened = True
+            c._session.opened = True
         clock, tclock = time.process_time, time.thread_time
         t = PassTimes()
         for i in range(warmup + cycles):
             snapshot = backend.sample(plan.sampled_fields)  # not measured: the same either way
             for c in (on, off):
                 c.snapshot = snapshot
-                c._collections += 1
-                c._last_success = time.time()
-                c._last_duration = 0.005
+                c._session.collections += 1
+                c._session.last_success = time.time()
+                c._session.last_duration = 0.005
 
             async def run_on(snapshot: Any = snapshot) -> tuple[float, float, float, float]:
                 p0 = clock()

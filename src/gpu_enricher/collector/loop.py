@@ -6,9 +6,7 @@ calls of a pass go to one dedicated worker thread in one hop.
 
 import asyncio
 import logging
-import random
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ..backend import BackendUnavailable, GpuBackend
@@ -33,7 +31,6 @@ from ..model import (
     SourceHealth,
 )
 from ..sources import Source, SourceSet
-from ..worker import BlockingWorker
 from .accounts import PodAccounts
 from .cycle import CycleInputs, CycleOutputs, compose
 from .dump import PassDump
@@ -41,14 +38,12 @@ from .news import Unmatched, report_gpu_changes
 from .options import CollectorOptions as CollectorOptions
 from .pacing import PassSchedule
 from .planner import CounterPlanner
+from .session import BackendSession
 from .watch import FieldCadence
 
 log = logging.getLogger(__name__)
 
 WAITING_FOR_FIRST_PASS = "waiting for the first collection pass"
-MAX_REOPEN_DELAY_SECONDS = 300.0
-CLOSE_SECONDS = 0.5
-"""The longest shutdown waits for the backend's close: SIGTERM exits within 2 s."""
 
 
 class Collector:
@@ -94,8 +89,7 @@ class Collector:
         self.sources = self._sources.all
         self.options = options
         self._join = options.join()
-        self._wall_clock = wall_clock
-        self._worker = BlockingWorker("nvml")
+        self._session = BackendSession(backend, options, wall_clock)
         self._planner = CounterPlanner(options.counters)
         self._schedule = PassSchedule(options.interval_seconds)
         self._cadence = FieldCadence(options.interval_seconds)
@@ -105,13 +99,6 @@ class Collector:
         self.not_ready_reason = WAITING_FOR_FIRST_PASS
         """Why /ready says 503: the same words as the log line that reported it."""
         self.running = False
-        self._opened = False
-        self._backend_error: str | None = None
-        self._lost_streak = 0  # reopens since the backend last answered a pass
-        self._collections = 0
-        self._errors: Counter[str] = Counter()
-        self._last_duration: float | None = None
-        self._last_success: float | None = None
         self._unmatched = Unmatched()
         self._own = OwnMetrics()
         self._accounts = PodAccounts(options.interval_seconds, options.process_metrics,
@@ -129,15 +116,7 @@ class Collector:
 
     def health(self) -> dict[str, SourceHealth]:
         """Per-source health: the GPU backend and every other source."""
-        health = {
-            self.backend.name: SourceHealth(
-                up=self._opened and self._backend_error is None,
-                collections=self._collections,
-                errors=dict(self._errors),
-                last_duration_seconds=self._last_duration,
-                last_success_timestamp=self._last_success,
-            )
-        }
+        health = {self.backend.name: self._session.health()}
         health.update(self._sources.health())
         return health
 
@@ -148,7 +127,7 @@ class Collector:
             self.pods.snapshot() if self.pods is not None else None,
             self.logs.snapshot() if self.logs is not None else None,
             self.processes.snapshot() if self.processes is not None else None,
-            self._last_success,
+            self._session.last_success,
             self.slices.snapshot() if self.slices is not None else None,
             self.xids.snapshot() if self.xids is not None else None,
             self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot(),
@@ -178,7 +157,7 @@ class Collector:
         self.document_body = encode(joined.document)
         return Exposition.from_families(families, self._own.render(own))
 
-    # -- backend lifecycle ---------------------------------------------------------------
+    # -- backend lifecycle (session.py) -------------------------------------------------
     @property
     def stall_limit_seconds(self) -> float:
         if self.options.stall_seconds is not None:
@@ -187,37 +166,16 @@ class Collector:
 
     def stalled_for(self) -> float:
         """How long the backend call in progress has been running (0 when none is)."""
-        started = self._worker.running_since
-        return 0.0 if started is None else time.monotonic() - started
+        return self._session.stalled_for()
 
-    async def _call(self, fn: Callable[[], object]) -> object:
-        return await asyncio.wrap_future(self._worker.submit(fn))
+    def _unavailable(self, reason: str) -> None:
+        self.not_ready_reason = reason
+        self.exposition = self._render()
 
     async def open_backend(self) -> None:
         """Open the backend, retrying with capped exponential backoff and jitter."""
-        delay = self.options.retry_initial_seconds
-        while True:
-            try:
-                await self._call(self.backend.open)
-            except BackendUnavailable as exc:
-                self._errors[exc.reason] += 1
-                reason = (f"{self.backend.name} backend unavailable, retrying with backoff up "
-                          f"to {self.options.retry_max_seconds:.0f}s: {exc.message}")
-                if self._backend_error != exc.message:  # log on change, not on every retry
-                    log.error("%s", reason)
-                self._backend_error = exc.message
-                self.not_ready_reason = reason
-                self.exposition = self._render()
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, self.options.retry_max_seconds)
-                continue
-            if self._backend_error is not None and not self._lost_streak:
-                log.warning("%s backend available again", self.backend.name)
-                self.not_ready_reason = WAITING_FOR_FIRST_PASS
-            if not self._lost_streak:  # after a reopen: up once a pass answers (_sample)
-                self._backend_error = None
-            self._opened = True
-            break
+        if await self._session.open(self._unavailable):
+            self.not_ready_reason = WAITING_FOR_FIRST_PASS
         self._planner.refresh(self.backend)
 
     def request_pass(self) -> None:
@@ -271,32 +229,15 @@ class Collector:
 
     async def _sample(self, fields: frozenset[str], skipped: frozenset[str],
                       started: float) -> None:
-        snapshot = await self._call(lambda: self.backend.sample(fields))
-        assert isinstance(snapshot, NodeSnapshot)
-        for error in snapshot.errors:
-            self._errors[error.reason] += 1
+        snapshot = await self._session.sample(fields, started)
         snapshot = self._cadence.carry(snapshot, skipped)  # watch groups read every Nth pass
         snapshot = report_gpu_changes(self.snapshot, snapshot)  # a GPU gone: 0 for one pass
         self.snapshot = snapshot
-        if self._lost_streak:
-            log.warning("%s backend answers again after %d reopen(s)", self.backend.name,
-                        self._lost_streak)
-            self._lost_streak, self._backend_error = 0, None
-        self._collections += 1
-        self._last_success = self._wall_clock()
-        self._last_duration = time.perf_counter() - started
 
     async def _reopen(self, exc: BackendUnavailable) -> None:
         """The backend went away mid-run: every GPU reports down (its DCGM series vanish,
-        `gpu_enricher_gpu_up` goes 0) until a pass answers again. A driver that keeps failing
-        after a reopen is retried with backoff doubling from one interval to 32 (at most 5
-        minutes) and logged once, not every pass (issue 13, defect 7)."""
-        self._lost_streak += 1
-        (log.error if self._lost_streak == 1 else log.debug)(
-            "%s backend lost: %s; reopening", self.backend.name, exc.message)
-        self._errors[exc.reason] += 1
-        self._opened = False
-        self._backend_error = exc.message
+        `gpu_enricher_gpu_up` goes 0) until a pass answers again."""
+        self._session.lost(exc)
         self._cadence.restart()  # a new driver session: every field read at once
         if self.snapshot is not None:
             self.snapshot = NodeSnapshot(
@@ -304,12 +245,8 @@ class Collector:
                       for g in self.snapshot.gpus),
                 self.snapshot.driver_version)
         self.exposition = self._render()
-        await self._call(self.backend.close)
-        if self._lost_streak > 1:
-            interval = self.options.interval_seconds
-            await asyncio.sleep(min(interval * 2 ** (self._lost_streak - 2), interval * 32,
-                                    MAX_REOPEN_DELAY_SECONDS))
-        await self.open_backend()
+        await self._session.reopen(self._unavailable)
+        self._planner.refresh(self.backend)
 
     async def run(self) -> None:
         """Start the sources, open the backend, then collect at a fixed rate, skipping slots a
@@ -325,7 +262,7 @@ class Collector:
                     await self._reopen(exc)
                 except Exception as exc:  # a bug in one pass must not end collection for good
                     log.exception("collection pass failed")
-                    self._errors["internal"] += 1
+                    self._session.errors["internal"] += 1
                     if not self.ready:
                         self.not_ready_reason = f"collection pass failed: {exc!r}"
                 await self._schedule.wait()
@@ -334,15 +271,4 @@ class Collector:
             await self._sources.close()
             if self.dump is not None:
                 await self.dump.close()
-            # A call still running (hung in the driver) would hold the close up behind it: it
-            # is abandoned with its daemon thread (issue 13, defect 1).
-            if self._worker.running_since is None:
-                try:
-                    async with asyncio.timeout(CLOSE_SECONDS):  # not wait_for: see SourceSet
-                        await self._call(self.backend.close)
-                except TimeoutError:
-                    log.warning("closing the %s backend did not finish within %g s; leaving it",
-                                self.backend.name, CLOSE_SECONDS)
-            else:
-                log.warning("exiting with a %s call still running", self.backend.name)
-            self._worker.stop()
+            await self._session.close()
