@@ -262,6 +262,24 @@ async def test_operator_configmap_data_is_read_and_watched(node: Node) -> None:
     assert "ConfigMap gpu-operator/dcgm-metrics key metrics:1" in log, log
 
 
+async def test_operator_configmap_data_under_the_operators_role_is_polled(node: Node) -> None:
+    """The Operator's Role gives configmaps `get, list`, no `watch`: the ConfigMap is still
+    read and in force, listed again every 60 s instead of watched (said once, with the rule
+    to add); the source stays up and synced."""
+    node.api.unwatchable.add("configmaps")
+    node.api.upsert_config_map(metrics_map(CUSTOM_CSV))
+    exporter = await node.deploy(Manifest(CONFIGMAP_ENV, token=True))
+    body = await scrape(exporter, lambda b: trainer_on_gpu0(b) and value(
+        b, "gpu_enricher_collection_errors_total", source="configmap",
+        reason="forbidden") == 1)  # the watch tried once, refused
+    assert dcgm_fields(body) == {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"}
+    assert value(body, "gpu_enricher_configmap_synced") == 1
+    assert value(body, "gpu_enricher_source_up", source="configmap") == 1
+    log = await stop(exporter)
+    polled = [line for line in log.splitlines() if "forbids watching" in line]
+    assert len(polled) == 1 and "listing them again every 60s instead" in polled[0], log
+
+
 @pytest.mark.parametrize("stored, says", [
     (None, "-m gpu-operator:dcgm-metrics: ConfigMap gpu-operator/dcgm-metrics not found"),
     ({"other": "x"}, "has no key 'metrics' (its keys: other)"),

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from gpu_enricher.kube.events import WatchEvent, parse_event_line
-from gpu_enricher.kube.listwatch import ListWatchOptions, backoff_delay
 from gpu_enricher.kube.pods import apply_pod_event, bare_container_id, index_pods, parse_pod
+from gpu_enricher.kube.watch_kind import ListWatchOptions, backoff_delay
 from gpu_enricher.model import PodMeta
 from gpu_enricher.sim.fake_api.objects import (
     Selector,

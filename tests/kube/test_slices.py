@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpu_enricher.kube.client import reason_for_status
-from gpu_enricher.kube.listwatch import ListWatchOptions, backoff_delay
 from gpu_enricher.kube.slices import (
     ParsedSlice,
     choose_version,
@@ -17,6 +16,7 @@ from gpu_enricher.kube.slices import (
     parse_slice,
     slice_devices,
 )
+from gpu_enricher.kube.watch_kind import ListWatchOptions, backoff_delay
 from gpu_enricher.model import SliceDevice
 from gpu_enricher.sim.fake_api.slices import group_document, neutral_slice, slice_object
 

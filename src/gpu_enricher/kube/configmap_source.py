@@ -21,7 +21,7 @@ from ..fields import names
 from .client import KubeError, ListWatchCalls, generated_calls, get_json
 from .config import ConfigPlan, open_api_client
 from .configmaps import ConfigMapRef, ParsedConfigMap, parse_config_map
-from .listwatch import ResourceKind
+from .watch_kind import ResourceKind
 from .watch_source import ApiWatchSource, WatchOptions, WatchTexts, import_library
 
 if TYPE_CHECKING:

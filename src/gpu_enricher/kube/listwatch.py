@@ -12,6 +12,10 @@ come from `connect`, asked again after an `unauthorized` or `no_config` failure 
 token or a newly mounted configuration is picked up (after any failure, for a kind whose API
 version is discovered on connect: a cluster upgrade changes it). Calls for another API version
 than the last ones start with a fresh list.
+
+Where RBAC allows the list but forbids the watch (the GPU Operator's Role gives the exporter
+`get, list` on configmaps, so `-m`'s ConfigMap), the view is kept by listing again every
+`backoff_max_seconds` instead, and a watch is tried again every `WATCH_AGAIN_POLLS` lists.
 """
 
 import asyncio
@@ -20,7 +24,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Generic, NoReturn, TypeVar
 
@@ -31,13 +34,13 @@ from .client import (
     NO_CONFIG,
     NOT_SERVED,
     STALLED,
-    UNAUTHORIZED,
     KubeError,
     ListWatchCalls,
     list_objects,
     stream_watch,
 )
 from .events import Parse, WatchEvent, apply_event, index_objects, resource_version
+from .watch_kind import RECONNECT, ListWatchOptions, ResourceKind, backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -47,55 +50,8 @@ CLOSED: Final = "closed"
 """Restart reason: the server ended the watch at its timeout, the normal way."""
 SHORT_WATCH: Final = "short_watch"
 """Restart and error reason: the server ended the watch at once, without an event."""
-
-# Failures only an operator (or a cluster upgrade) can fix: retrying every second helps no one.
-_NEEDS_OPERATOR: Final = frozenset({FORBIDDEN, NO_CONFIG, NOT_SERVED})
-_RECONNECT: Final = frozenset({UNAUTHORIZED, NO_CONFIG})
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceKind:
-    """What is listed, for log lines and the RBAC hint."""
-
-    resource: str  # plural, as RBAC names it: `pods`, `resourceslices`
-    api_group: str = ""  # "" is the core group
-    scope: str = ""  # e.g. `on node gpu-1`, for messages only
-    when_absent: str = ""
-    """What the exporter does without this kind, for the `not_served` log line."""
-    namespace: str = ""
-    """A namespaced kind read in one namespace (RBAC: a Role there); "": all namespaces."""
-
-    def rbac_hint(self) -> str:
-        where = (f"a Role and RoleBinding in namespace {self.namespace}" if self.namespace
-                 else "a ClusterRole and ClusterRoleBinding")
-        return (f'grant the exporter\'s service account get, list and watch on apiGroups: '
-                f'["{self.api_group}"], resources: ["{self.resource}"] ({where})')
-
-
-@dataclass(frozen=True, slots=True)
-class ListWatchOptions:
-    watch_timeout_seconds: int = 300
-    """Server-side timeout asked of every watch (`timeoutSeconds`)."""
-    stall_margin_seconds: float = 30.0
-    """A watch with no line for its timeout plus this margin is stalled and restarted."""
-    backoff_initial_seconds: float = 1.0
-    backoff_max_seconds: float = 60.0
-    short_watch_seconds: float = 1.0
-    """A watch that ends sooner than this without an event is a failure (client-go's bound)."""
-
-
-def backoff_delay(failures: int, reason: str, options: ListWatchOptions,
-                  jitter: Callable[[float, float], float] = random.uniform) -> float:
-    """Seconds to wait after the `failures`-th failure in a row (jittered ±20 %).
-
-    Doubling from the initial delay to the cap; failures only an operator can fix grow eight
-    times per attempt instead, so they reach the cap within a few tries.
-    """
-    growth = 8.0 if reason in _NEEDS_OPERATOR else 2.0
-    exponent = min(max(failures - 1, 0), 64)  # bounded: no float overflow in a long outage
-    delay = min(options.backoff_initial_seconds * growth ** exponent, options.backoff_max_seconds)
-    return delay * jitter(0.8, 1.2)
-
+WATCH_AGAIN_POLLS: Final = 10
+"""While polling (watch forbidden), every 10th list is followed by a watch: RBAC may be fixed."""
 
 class ListWatch(Generic[T]):
     def __init__(self, kind: ResourceKind, connect: Callable[[], Awaitable[ListWatchCalls]],
@@ -131,6 +87,9 @@ class ListWatch(Generic[T]):
         self._gone_in_a_row = 0
         self._watch_events = 0  # events (bookmarks too) of the current watch
         self._probation: asyncio.TimerHandle | None = None
+        self.polling = False
+        """Listing allowed, watching forbidden: listed again every `backoff_max_seconds`."""
+        self._polls = 0
 
     @property
     def stall_seconds(self) -> float:
@@ -151,8 +110,8 @@ class ListWatch(Generic[T]):
         """List and watch until cancelled; never raises anything else."""
         while True:
             try:
-                await self._cycle()
-                self.restarts[CLOSED] += 1
+                if await self._cycle():
+                    self.restarts[CLOSED] += 1
                 self._gone_in_a_row = 0
             except KubeError as exc:
                 if exc.reason == GONE:
@@ -174,8 +133,9 @@ class ListWatch(Generic[T]):
             finally:
                 self.watching = False
 
-    async def _cycle(self) -> None:
-        """Connect if needed, list if needed, then one watch to its end."""
+    async def _cycle(self) -> bool:
+        """Connect if needed, list if needed, then one watch to its end (True), or, while
+        polling, the wait until the next list (False)."""
         if self._calls is None:
             self._calls = await self._connect()
             if self._served_as not in (None, self._calls.served_as):
@@ -192,6 +152,9 @@ class ListWatch(Generic[T]):
             self.lists += 1
             self.listed = True
             self._succeeded()
+        if self.polling and self._polls % WATCH_AGAIN_POLLS:
+            await self._poll_wait()
+            return False
         # Timed from the request, as client-go does: a watch that lasted the server's whole
         # timeout is never mistaken for a short one, however long the headers took.
         started = time.monotonic()
@@ -199,6 +162,12 @@ class ListWatch(Generic[T]):
             await stream_watch(calls.watch, self.resource_version,
                                self.options.watch_timeout_seconds, self.stall_seconds,
                                self._watch_opened, self._event)
+        except KubeError as exc:
+            if exc.reason != FORBIDDEN:
+                raise
+            self._poll_instead(exc)  # the list just went through: only the watch is refused
+            await self._poll_wait()
+            return False
         finally:
             self._end_probation()  # before any backoff: it must not fire while waiting
         lasted = time.monotonic() - started
@@ -208,8 +177,27 @@ class ListWatch(Generic[T]):
         if self._failing == SHORT_WATCH:
             self._succeeded()  # it lasted: on probation no longer
         self.current_at = self._clock()  # an open watch, silent or not, was current till now
+        return True
+
+    def _poll_instead(self, exc: KubeError) -> None:
+        self.errors[FORBIDDEN] += 1
+        if not self.polling:
+            log.warning("Kubernetes API lets the exporter list %s %s but forbids watching them "
+                        "(%s): listing them again every %gs instead; %s",
+                        self.kind.resource, self.kind.scope, exc,
+                        self.options.backoff_max_seconds, self.kind.rbac_hint())
+            self.polling, self._polls = True, 0
+
+    async def _poll_wait(self) -> None:
+        self._polls += 1
+        self.resource_version = None  # the next cycle lists
+        await asyncio.sleep(self.options.backoff_max_seconds * random.uniform(0.9, 1.1))
 
     def _watch_opened(self) -> None:
+        if self.polling:
+            log.warning("Kubernetes API lets the exporter watch %s %s again",
+                        self.kind.resource, self.kind.scope)
+            self.polling = False
         self.watches += 1
         self.watching = True
         self._watch_events = 0
@@ -259,7 +247,7 @@ class ListWatch(Generic[T]):
                 self.current_at = self._clock()
         self.watching = False
         self.failures += 1
-        if exc.reason in _RECONNECT or self._reconnect_after_failures:
+        if exc.reason in RECONNECT or self._reconnect_after_failures:
             self._calls = None
         if self._failing != exc.reason:  # log when a failure starts or changes, not each one
             self._log_failure(exc)

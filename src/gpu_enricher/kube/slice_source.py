@@ -20,7 +20,6 @@ from ..model import SliceDevice, SliceDirectory
 from ..sources import Source
 from .client import ListWatchCalls
 from .config import ConfigPlan
-from .listwatch import ResourceKind
 from .slice_client import LIBRARY, discover_version, slice_calls
 from .slices import (
     API_GROUP,
@@ -30,6 +29,7 @@ from .slices import (
     parse_slice,
     slice_devices,
 )
+from .watch_kind import ResourceKind
 from .watch_source import ApiWatchSource, WatchOptions, WatchTexts
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from ..model import PodDirectory, PodMeta
 from ..sources import Source
 from .client import ListWatchCalls, pod_calls
 from .config import ConfigPlan
-from .listwatch import ResourceKind
 from .pods import parse_pod
+from .watch_kind import ResourceKind
 from .watch_source import ApiWatchSource, WatchOptions, WatchTexts
 
 if TYPE_CHECKING:

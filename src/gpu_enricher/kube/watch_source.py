@@ -26,7 +26,8 @@ from ..model import NodeSnapshot, SourceHealth
 from .client import ListWatchCalls
 from .config import ConfigPlan, open_api_client, plan_from_environment
 from .events import Parse
-from .listwatch import ListWatch, ListWatchOptions, ResourceKind
+from .listwatch import ListWatch
+from .watch_kind import ListWatchOptions, ResourceKind
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client.api_client import ApiClient

@@ -61,12 +61,16 @@ __all__ = ["HOST", "FakeKubeApi", "RecordedRequest"]  # RecordedRequest: tests u
 class FakeKubeApi:
     """Attributes tests may set: `stall_watches` (new watches get their headers, then
     silence until stopped), `end_watches_immediately` (new watches answer 200 with an empty
-    body, as a misbehaving proxy or server may); `requests` holds every request in order."""
+    body, as a misbehaving proxy or server may), `unwatchable`; `requests` holds every request
+    in order."""
 
     def __init__(self, port: int = 0, resource_versions: Iterable[str] = ("v1",)) -> None:
         self.port = port
         self.stall_watches = False
         self.end_watches_immediately = False
+        self.unwatchable: set[str] = set()
+        """Resources (`configmaps`, `pods`) whose RBAC allows a list but forbids a watch, as the
+        GPU Operator's Role gives configmaps `get, list` only: their watches answer 403."""
         self.resource_versions: tuple[str, ...] = tuple(resource_versions)
         """The `resource.k8s.io` versions served, best first; settable (an upgrade)."""
         self.requests: list[RecordedRequest] = []
@@ -296,6 +300,10 @@ class FakeKubeApi:
         status = self._injected(recorded.watch)
         if status is not None:
             return error_response(status, f"injected {status}")
+        resource = recorded.path.rsplit("/", 1)[-1]
+        if recorded.watch and resource in self.unwatchable:
+            return error_response(403, f'{resource} is forbidden: User "system:serviceaccount:'
+                                       f'exporter" cannot watch resource "{resource}"')
         try:
             selector = parse_field_selector(request.query.get("fieldSelector"),
                                             request.match_info.get("namespace"))
