@@ -52,3 +52,33 @@ def test_mig_without_samples_splits_active_energy_by_compute_slices() -> None:
     assert split.keys() == expected.keys()
     assert all(abs(split[k] - v) < 1e-12 for k, v in expected.items())
     assert abs(sum(split.values()) - 1) < 1e-12
+
+
+def test_mig_with_gpm_per_instance_weighs_the_slices_by_each_instance_s_activity() -> None:
+    """GPM measures each GPU instance (on its own SMs): a 3g.40gb instance 20 % busy and a
+    1g.10gb one 90 % busy do 0.6/7 and 0.9/7 of the GPU's work. Without a reading for every
+    instance in use, compute slices alone (the test above)."""
+    gpu = _gpu(0, {POWER: 300.0})
+    big = GpuInstance(1, 0, "3g.40gb", "MIG-a", slices=3, gpu_slices=7,
+                      values={"DCGM_FI_PROF_SM_ACTIVE": 0.2})
+    small = GpuInstance(5, 0, "1g.10gb", "MIG-b", slices=1, gpu_slices=7,
+                        values={"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.9})
+
+    def on(instance: GpuInstance, pid: int, pod: int) -> GpuProcess:
+        return GpuProcess((0, instance.gpu_instance_id), gpu, instance,
+                          ProcessSample(pid, 0, instance.gpu_instance_id), "python",
+                          Workload(*PODS[pod]), True)
+
+    split = pass_split(gpu, [on(big, 10, 0), on(small, 12, 2)], TABLE, {},
+                       baseline_watts=100.0)
+    # Active 2/3 split 0.6 : 0.9; idle 1/3 nobody's.
+    assert abs(split[("ml", "a", "main", 1)] - 2 / 3 * 0.6 / 1.5) < 1e-12
+    assert abs(split[("ml", "c", "main", 5)] - 2 / 3 * 0.9 / 1.5) < 1e-12
+    unmeasured = GpuInstance(5, 0, "1g.10gb", "MIG-b", slices=1, gpu_slices=7)
+    split = pass_split(gpu, [on(big, 10, 0), on(unmeasured, 12, 2)], TABLE, {},
+                       baseline_watts=100.0)
+    assert abs(split[("ml", "a", "main", 1)] - 2 / 3 * 3 / 4) < 1e-12, "slices: 3 to 1"
+    idle_instances = GpuInstance(1, 0, "3g.40gb", "MIG-a", slices=3, gpu_slices=7,
+                                 values={"DCGM_FI_PROF_SM_ACTIVE": 0.0})
+    split = pass_split(gpu, [on(idle_instances, 10, 0)], TABLE, {}, baseline_watts=100.0)
+    assert split == {IDLE: 1.0}, "measured idle: the power above the baseline is the GPU's own"

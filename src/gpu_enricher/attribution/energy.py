@@ -6,7 +6,9 @@ them to the GPU's own energy counter, so the counters add up to what the GPU con
   the processes by their SM share, then to their pods: a pod using a GPU it does not hold pays
   for what it used. NVML has no per-process power (nor per-MIG-instance power, Kepler's
   #1198): when no process on the GPU has an SM sample (MIG, where NVML samples no process),
-  each process counts its instance's compute slices over the GPU's, split evenly between the
+  each process counts its instance's compute slices over the GPU's, times the instance's own
+  measured activity where GPM gives every such instance one (`DCGM_FI_PROF_SM_ACTIVE`, else
+  `DCGM_FI_PROF_GR_ENGINE_ACTIVE`, a ratio of the instance's own SMs), split evenly between the
   processes on that instance (a whole GPU: 1).
 - **MPS**: a real H200 samples the server only (docs/real-gpu.md); the server's SM share goes
   to the MPS clients on the GPU by their memory, or to `unknown` when none is seen.
@@ -32,6 +34,8 @@ HOST: Final = "host"
 UNKNOWN: Final = "unknown"
 POWER_FIELD: Final = "DCGM_FI_DEV_POWER_USAGE"
 ENERGY_FIELD: Final = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+ACTIVITY_FIELDS: Final = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+"""A MIG instance's measured activity (NVML GPM per GPU instance), best first."""
 
 
 def reading(gpu: GpuSnapshot, name: str) -> float | None:
@@ -65,6 +69,23 @@ def _slice_share(proc: GpuProcess) -> float:
     return inst.slices / inst.gpu_slices if inst.slices and inst.gpu_slices else 0.0
 
 
+def instance_activity(users: Iterable[GpuProcess]) -> dict[int, float] | None:
+    """Each GPU instance's measured activity (0-1), or None unless every user runs in an
+    instance with a reading: slices and measured activity do not mix in one split."""
+    found: dict[int, float] = {}
+    for proc in users:
+        inst = proc.instance
+        if inst is None:
+            return None
+        if inst.gpu_instance_id not in found:
+            value = next((v for name in ACTIVITY_FIELDS
+                          if isinstance(v := inst.values.get(name), (int, float))), None)
+            if value is None:
+                return None
+            found[inst.gpu_instance_id] = min(1.0, max(0.0, float(value)))
+    return found
+
+
 def used_weights(processes: Iterable[GpuProcess], table: ProcessTable) -> dict[Payer, float]:
     """Each payer's weight in the active energy of one GPU (not normalised)."""
     procs = list(processes)
@@ -89,8 +110,12 @@ def used_weights(processes: Iterable[GpuProcess], table: ProcessTable) -> dict[P
     per_entity: dict[EntityKey, int] = {}
     for proc in users:
         per_entity[proc.key] = per_entity.get(proc.key, 0) + 1
+    activity = instance_activity(users)
     for proc in users:
-        _add(weights, _payer(proc, table), _slice_share(proc) / per_entity[proc.key])
+        share = _slice_share(proc)
+        if activity is not None and proc.instance is not None:
+            share *= activity[proc.instance.gpu_instance_id]
+        _add(weights, _payer(proc, table), share / per_entity[proc.key])
     return weights
 
 
