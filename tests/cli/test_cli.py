@@ -142,10 +142,51 @@ def test_addresses(text: str, expected: tuple[str | None, int]) -> None:
     assert parse_address(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["9400", ":0", ":70000", "host:", ":port"])
+@pytest.mark.parametrize("bad", ["9400", ":0", ":70000", "host:", ":port", ":\u0669\u0664\u0660\u0660"])
 def test_bad_addresses(bad: str) -> None:
     with pytest.raises(UsageError, match="invalid address"):
         parse_address(bad)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("[::1", "missing ']'"),
+    (":9400:9400", "too many colons"),
+    ("::1:9400", "too many colons (an IPv6 address goes in brackets"),
+    ("[::1]9400", "missing port after ']'"),
+    ("[::1]", "missing port after ']'"),
+    ("[::1]:9400:9400", "too many colons after ']'"),
+    ("::1]:9400", "too many colons"),
+    ("host]:9400", "unexpected ']'"),
+    ("[a[b]:9400", "unexpected '['"),
+    ("ho[st:9400", "unexpected '['"),
+])
+@pytest.mark.parametrize("source", ["-a", "--address", "GPU_ENRICHER_ADDRESS",
+                                    "DCGM_EXPORTER_LISTEN"])
+def test_a_malformed_address_is_a_usage_error_naming_its_source(
+        text: str, why: str, source: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: what Go's net.SplitHostPort refuses is a usage error (exit 2) naming the flag
+    or variable, as `:65536` is, not a host name that fails to resolve at bind time (exit 1)."""
+    argv = [source, text] if source.startswith("-") else []
+    env = {} if argv else {source: text}
+    origin = "--address" if argv else source
+    message = f"{origin}={text}: invalid address {text!r}: {why}"
+    with pytest.raises(UsageError) as refused:  # first: main() would start serving
+        parse_config(argv, env)
+    assert str(refused.value).startswith(message)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpu-enricher: error: {message}"), err
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[]:9400", (None, 9400)), ("[127.0.0.1]:9400", ("127.0.0.1", 9400)),
+    ("[fe80::1%eth0]:9400", ("fe80::1%eth0", 9400)), (" :9400\n", (None, 9400)),
+])
+def test_what_go_splits_is_accepted(text: str, expected: tuple[str | None, int]) -> None:
+    assert parse_address(text) == expected
 
 
 @pytest.mark.parametrize(
