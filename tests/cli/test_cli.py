@@ -16,6 +16,7 @@ from gpu_enricher.cli.main import (
     parse_address,
     parse_config,
 )
+from gpu_enricher.sim.scenario import ScenarioError, load_scenario
 
 
 def test_defaults() -> None:
@@ -142,7 +143,8 @@ def test_addresses(text: str, expected: tuple[str | None, int]) -> None:
     assert parse_address(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["9400", ":0", ":70000", "host:", ":port", ":\u0669\u0664\u0660\u0660"])
+@pytest.mark.parametrize("bad", ["9400", ":0", ":70000", "host:", ":port",
+                                 ":\u0669\u0664\u0660\u0660"])  # Arabic-Indic 9400
 def test_bad_addresses(bad: str) -> None:
     with pytest.raises(UsageError, match="invalid address"):
         parse_address(bad)
@@ -251,6 +253,23 @@ def test_scenario_yaml_errors_are_one_line_with_position(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"gpu-enricher: error: {bad}:5:5: invalid YAML: expected ',' or ']', "
                    "but got ':'"]
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("gpus: [{model: null}]\n", ":1: gpus[0].model"),
+    ("driver_version: null\ngpus: [{}]\n", ":1: driver_version"),
+])
+def test_a_scenario_with_null_text_exits_2_naming_line_and_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, where: str) -> None:
+    """Issue 26: these started the simulated node with the default model and driver."""
+    bad = tmp_path / "node.yaml"
+    bad.write_text(text)
+    with pytest.raises(ScenarioError):  # first: main() would start serving
+        load_scenario(bad)
+    assert main(["--simulate", str(bad)]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpu-enricher: error: {bad}{where}: expected a string, got nothing "
+                   "(null, ~ or no value)"]
 
 
 def test_unknown_flag_is_a_short_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
