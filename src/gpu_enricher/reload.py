@@ -21,6 +21,7 @@ cert-manager renames a new file into place; both change the stat of the path we 
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import os
 import time
@@ -35,6 +36,7 @@ from .exposition.ownmetrics import CONFIG
 from .fields.collection import Collection, CountersSources, load_collection
 from .fields.counters import CountersFileError
 from .fields.exporter_config import ExporterConfigError
+from .files import FileReadError, read_regular_file
 from .kube.configmaps import metrics_text
 from .web.config import WebConfigError, load_web_config
 from .web.live_security import LiveWebSecurity, fixed_setting_changed, watched_files
@@ -49,6 +51,11 @@ SETTLE_SECONDS: Final = 1.0
 """After a change is seen, files must hold still this long before they are read: a certificate
 and its key written one after the other are read as a pair, not refused in between."""
 MAX_SETTLE_ROUNDS: Final = 5
+MAX_FINGERPRINT_BYTES: Final = 4 << 20
+"""Every watched file is far smaller (counters and config files 1 MiB at most, PEM files)."""
+REQUEST_RELOADS: Final = 2
+"""Reloads one request may wait for: a file rewritten while it is read is read once more, a
+file rewritten without end does not hold a request forever."""
 
 Stamp = tuple[int, int, int, int, int] | None
 
@@ -60,6 +67,20 @@ def stamp(path: Path) -> Stamp:
     except OSError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def fingerprint(path: Path) -> bytes | None:
+    """A digest of the file's bytes; None when it cannot be read. A Kubernetes volume swaps
+    every key's file at once: the digest tells the file that changed from those replaced by the
+    same bytes, for the log line (issue 26)."""
+    try:
+        return hashlib.sha256(read_regular_file(path, MAX_FINGERPRINT_BYTES, "file")).digest()
+    except FileReadError:
+        return None
+
+
+def fingerprints(paths: tuple[Path, ...]) -> dict[Path, bytes | None]:
+    return {path: fingerprint(path) for path in paths}
 
 
 class ReloadRefused(Exception):
@@ -93,11 +114,15 @@ class ConfigReloader:
         self._interval_ms = interval_ms
         self._interval_noted: int | None = None
         self._live = live
+        # --web-config-file: the path stays; what it names may change (web_config_in_force).
+        self._web_path = None if live is None else Path(live.current.config.path)
         self._check_seconds = check_seconds
         self._wall_clock = wall_clock
         self._requested = asyncio.Event()
         self._last_error: str | None = None
         self._stamps = self._stamp_all()
+        self._fingerprints = fingerprints(tuple(self._stamps))
+        self._running: asyncio.Future[None] | None = None  # the reload under way
         CONFIG.reload_ok, CONFIG.last_success = True, wall_clock()
 
     def _paths(self) -> tuple[Path, ...]:
@@ -118,15 +143,46 @@ class ConfigReloader:
         while True:
             if await wait_event(self._requested, self._check_seconds or None):
                 self._requested.clear()
-                await self.reload("SIGHUP")
+                await self._reload_once("SIGHUP")
                 continue
             if (changed_map := self._config_map_changed()) is not None:
-                await self.reload(changed_map)
+                await self._reload_once(changed_map)
                 continue
-            changed = [path for path, old in self._stamps.items() if stamp(path) != old]
-            if changed:
+            if any(stamp(path) != old for path, old in self._stamps.items()):
                 await self._settle()
-                await self.reload(f"{changed[0]} changed")
+                await self._reload_once(None)
+
+    async def web_config_in_force(self) -> None:
+        """Before each request (web/server.py, with --web-config-file): a changed web config
+        file is read and put in force first, so that a rotated password is taken, and the old
+        one refused, from the next request on, as exporter-toolkit reads the file per request
+        (issue 26). One stat when nothing changed; the requests that meet a change wait for one
+        shared reload. The certificate, key and CA files it names stay on the check above,
+        which lets a certificate and its key settle into a pair."""
+        path = self._web_path
+        assert path is not None, "installed with --web-config-file only"
+        for _ in range(REQUEST_RELOADS):
+            if stamp(path) == self._stamps.get(path):
+                return
+            await self._reload_once(None)
+
+    async def _reload_once(self, trigger: str | None) -> None:
+        """One reload at a time. `trigger` None (a file changed): one under way is waited for,
+        and the caller looks at the files again; a SIGHUP or a ConfigMap change then runs its
+        own."""
+        while (running := self._running) is not None:
+            await asyncio.shield(running)
+            if trigger is None:
+                return
+        task = asyncio.ensure_future(self.reload(trigger))
+        self._running = task
+        task.add_done_callback(self._reload_done)
+        # shield: a request that goes away does not cancel the reload the others wait for.
+        await asyncio.shield(task)
+
+    def _reload_done(self, task: "asyncio.Future[None]") -> None:
+        if self._running is task:
+            self._running = None
 
     async def _settle(self) -> None:
         """Wait until the watched files hold still (a writer may not be done)."""
@@ -138,9 +194,19 @@ class ConfigReloader:
                 return
             seen = now
 
-    async def reload(self, trigger: str) -> None:
-        """Re-read both files; put them in force only when both are right."""
+    async def reload(self, trigger: str | None) -> None:
+        """Re-read every file; put them in force only when all are right. `trigger` None: the
+        watched files changed, and the log line names those whose bytes changed (else those
+        replaced); none changed: already read by another reload, nothing to do."""
         stamps = self._stamp_all()  # before reading: a change while reading is seen next time
+        moved = [path for path, now in stamps.items() if now != self._stamps.get(path)]
+        if trigger is None and not moved:
+            return
+        before, prints = self._fingerprints, await asyncio.to_thread(fingerprints, tuple(stamps))
+        edited = [path for path in stamps if prints[path] != before.get(path)]
+        if trigger is None:
+            trigger = f"{', '.join(str(path) for path in edited or moved)} changed"
+        self._fingerprints = prints
         try:
             loaded = await asyncio.to_thread(self._read)  # files and PEM parsing: off the loop
         except ReloadRefused as refused:
@@ -156,9 +222,15 @@ class ConfigReloader:
                            f"{len(new.field_intervals_ms)} field(s) in watch groups")
         self._note_interval(new.interval_ms)
         if self._live is not None and loaded.security is not None:
+            web_files = watched_files(self._live.current.config)
+            if (loaded.security.config != self._live.current.config
+                    or any(path in edited for path in web_files)):
+                changed.append("web config")
             self._live.replace(loaded.security)
-            changed.append("web config")
-        self._stamps = self._stamp_all()  # the new web config may name other files
+        # The stamps read before reading (a change meanwhile is the next reload), and those of
+        # the files the new web config names for the first time.
+        self._stamps = {path: stamps[path] if path in stamps else stamp(path)
+                        for path in self._paths()}
         self._last_error = None
         CONFIG.reload_ok, CONFIG.last_success = True, self._wall_clock()
         log.info("configuration reloaded (%s): %s", trigger, ", ".join(changed) or "unchanged")
