@@ -8,11 +8,12 @@ changed in the same file is served to the next handshake; the log line names the
 bytes changed."""
 
 import asyncio
+import contextlib
 import http.client
 import logging
 import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import bcrypt
@@ -21,7 +22,7 @@ import pytest
 from gpu_enricher.fields.collection import CountersSources, load_collection
 from gpu_enricher.reload import ConfigReloader
 from gpu_enricher.web.live_security import LiveWebSecurity
-from gpu_enricher.web.security import load_web_security
+from gpu_enricher.web.security import WebSecurity, load_web_security
 from tests.app.test_process import Exporter
 from tests.app.test_process import exporters as exporters  # the fixture
 from tests.pki import SecretVolume
@@ -190,6 +191,20 @@ def test_an_inline_certificate_changed_in_the_file_is_served_to_the_next_handsha
     assert code == 0, err
 
 
+@contextlib.contextmanager
+def reload_log() -> Iterator["LogLines"]:
+    """The reloader's INFO lines while the block runs."""
+    logger, seen = logging.getLogger("gpu_enricher.reload"), LogLines()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(seen)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(seen)
+        logger.setLevel(level)
+
+
 class LogLines(logging.Handler):
     """The lines of one logger, and an event set at each (the reloader logs on the loop)."""
 
@@ -213,21 +228,71 @@ async def test_the_file_check_names_the_file_whose_bytes_changed(tmp_path: Path)
     live = LiveWebSecurity(load_web_security(volume.root / "web.yml"))
     reloader = ConfigReloader(Recorder(), sources, load_collection(sources),  # type: ignore[arg-type]
                               live, 0.05)
-    logger, seen = logging.getLogger("gpu_enricher.reload"), LogLines()
-    logger.addHandler(seen)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    checking = asyncio.create_task(reloader.run())
-    try:
-        volume.publish({"counters.csv": OLD, "web.yml": users(bcrypt_hash(NEW_PASSWORD))})
-        await asyncio.wait_for(seen.logged.wait(), 10)
-    finally:
-        checking.cancel()
-        logger.removeHandler(seen)
-        logger.setLevel(level)
+    with reload_log() as seen:
+        checking = asyncio.create_task(reloader.run())
+        try:
+            volume.publish({"counters.csv": OLD, "web.yml": users(bcrypt_hash(NEW_PASSWORD))})
+            await asyncio.wait_for(seen.logged.wait(), 10)
+        finally:
+            checking.cancel()
     assert seen.lines == [f"configuration reloaded ({volume.root}/web.yml changed): web config"]
     auth = live.current.auth
     assert auth is not None
     assert await auth.check(basic("prometheus", NEW_PASSWORD)["Authorization"]) is None
     assert await auth.check(basic("prometheus", PASSWORD)["Authorization"]) == "wrong"
+    live.close()
+
+
+# A request that meets the file half-written (truncated for an in-place write, not yet valid)
+# must neither find the server open nor log a refusal: such a read waits, as the file check
+# does, until the files hold still, then reads again.
+
+HALF_WRITTEN = {"truncated": "", "users still empty": "basic_auth_users:\n",
+                "not yet YAML": "basic_auth_users:\n  prometheus: ["}
+
+
+@pytest.mark.parametrize("half", HALF_WRITTEN.values(), ids=HALF_WRITTEN.keys())
+async def test_a_request_meeting_a_half_written_file_waits_for_the_whole(
+        tmp_path: Path, half: str) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text(users(bcrypt_hash(PASSWORD)))
+    sources = CountersSources(image_dir=tmp_path)
+    live = LiveWebSecurity(load_web_security(web))
+    reloader = ConfigReloader(Recorder(), sources, load_collection(sources),  # type: ignore[arg-type]
+                              live, 600.0)
+    in_force: list[bool] = []  # whether basic auth was on, at each replace
+    replace = live.replace
+
+    def recorded(new: WebSecurity) -> None:
+        in_force.append(new.auth is not None)
+        replace(new)
+
+    live.replace = recorded  # type: ignore[method-assign]
+    web.write_text(half)
+    whole = users(bcrypt_hash(NEW_PASSWORD))
+    finish = asyncio.get_running_loop().call_later(0.3, web.write_text, whole)
+    with reload_log() as seen:
+        try:
+            await reloader.web_config_in_force()
+        finally:
+            finish.cancel()
+    assert in_force == [True]
+    assert seen.lines == [f"configuration reloaded ({web} changed): web config"]
+    auth = live.current.auth
+    assert auth is not None
+    assert await auth.check(basic("prometheus", NEW_PASSWORD)["Authorization"]) is None
+    assert await auth.check(basic("prometheus", PASSWORD)["Authorization"]) == "wrong"
+    live.close()
+
+
+async def test_basic_auth_turned_off_applies_once_the_file_holds_still(tmp_path: Path) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text(users(bcrypt_hash(PASSWORD)))
+    sources = CountersSources(image_dir=tmp_path)
+    live = LiveWebSecurity(load_web_security(web))
+    reloader = ConfigReloader(Recorder(), sources, load_collection(sources),  # type: ignore[arg-type]
+                              live, 600.0)
+    web.write_text("basic_auth_users:\n")
+    await reloader.web_config_in_force()
+    assert live.current.auth is None and live.current.config.users == ()
     live.close()

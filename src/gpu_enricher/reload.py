@@ -16,14 +16,14 @@ own reloads.
 
 Files are watched by polling their stat (device, inode, size, modification and change times),
 following symlinks: a Kubernetes Secret or ConfigMap volume swaps its `..data` link and
-cert-manager renames a new file into place; both change the stat of the path we hold.
+cert-manager renames a new file into place; both change the stat of the path we hold. The web
+config file itself is also looked at before every request (`web_config_in_force`), so that a
+rotated password applies to the next request, as exporter-toolkit's per-request read does.
 """
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +36,7 @@ from .exposition.ownmetrics import CONFIG
 from .fields.collection import Collection, CountersSources, load_collection
 from .fields.counters import CountersFileError
 from .fields.exporter_config import ExporterConfigError
-from .files import FileReadError, read_regular_file
+from .files import Stamp, fingerprints, stamp
 from .kube.configmaps import metrics_text
 from .web.config import WebConfigError, load_web_config
 from .web.live_security import LiveWebSecurity, fixed_setting_changed, watched_files
@@ -51,37 +51,9 @@ SETTLE_SECONDS: Final = 1.0
 """After a change is seen, files must hold still this long before they are read: a certificate
 and its key written one after the other are read as a pair, not refused in between."""
 MAX_SETTLE_ROUNDS: Final = 5
-MAX_FINGERPRINT_BYTES: Final = 4 << 20
-"""Every watched file is far smaller (counters and config files 1 MiB at most, PEM files)."""
 REQUEST_RELOADS: Final = 2
 """Reloads one request may wait for: a file rewritten while it is read is read once more, a
 file rewritten without end does not hold a request forever."""
-
-Stamp = tuple[int, int, int, int, int] | None
-
-
-def stamp(path: Path) -> Stamp:
-    """What changes when the file is replaced or rewritten; None when it cannot be read."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def fingerprint(path: Path) -> bytes | None:
-    """A digest of the file's bytes; None when it cannot be read. A Kubernetes volume swaps
-    every key's file at once: the digest tells the file that changed from those replaced by the
-    same bytes, for the log line (issue 26)."""
-    try:
-        return hashlib.sha256(read_regular_file(path, MAX_FINGERPRINT_BYTES, "file")).digest()
-    except FileReadError:
-        return None
-
-
-def fingerprints(paths: tuple[Path, ...]) -> dict[Path, bytes | None]:
-    return {path: fingerprint(path) for path in paths}
-
 
 class ReloadRefused(Exception):
     """A reload that keeps the running configuration; `file` is the metric's label."""
@@ -164,9 +136,9 @@ class ConfigReloader:
         for _ in range(REQUEST_RELOADS):
             if stamp(path) == self._stamps.get(path):
                 return
-            await self._reload_once(None)
+            await self._reload_once(None, hasty=True)
 
-    async def _reload_once(self, trigger: str | None) -> None:
+    async def _reload_once(self, trigger: str | None, hasty: bool = False) -> None:
         """One reload at a time. `trigger` None (a file changed): one under way is waited for,
         and the caller looks at the files again; a SIGHUP or a ConfigMap change then runs its
         own."""
@@ -174,7 +146,7 @@ class ConfigReloader:
             await asyncio.shield(running)
             if trigger is None:
                 return
-        task = asyncio.ensure_future(self.reload(trigger))
+        task = asyncio.ensure_future(self.reload(trigger, hasty))
         self._running = task
         task.add_done_callback(self._reload_done)
         # shield: a request that goes away does not cancel the reload the others wait for.
@@ -194,24 +166,30 @@ class ConfigReloader:
                 return
             seen = now
 
-    async def reload(self, trigger: str | None) -> None:
+    async def reload(self, trigger: str | None, hasty: bool = False) -> None:
         """Re-read every file; put them in force only when all are right. `trigger` None: the
         watched files changed, and the log line names those whose bytes changed (else those
-        replaced); none changed: already read by another reload, nothing to do."""
+        replaced); none changed: already read by another reload, nothing to do. `hasty` (a
+        request waits): read at once, unless that finds the web config wrong or turning basic
+        auth off, which may be a file caught half-written (truncated, an editor's save): then
+        as the file check, once the files hold still."""
         stamps = self._stamp_all()  # before reading: a change while reading is seen next time
-        moved = [path for path, now in stamps.items() if now != self._stamps.get(path)]
-        if trigger is None and not moved:
+        if trigger is None and all(now == self._stamps.get(p) for p, now in stamps.items()):
             return
+        loaded = await self._load()
+        if hasty and not self._safe_at_once(loaded):
+            await self._settle()
+            stamps = self._stamp_all()
+            loaded = await self._load()
+        moved = [path for path, now in stamps.items() if now != self._stamps.get(path)]
         before, prints = self._fingerprints, await asyncio.to_thread(fingerprints, tuple(stamps))
         edited = [path for path in stamps if prints[path] != before.get(path)]
         if trigger is None:
             trigger = f"{', '.join(str(path) for path in edited or moved)} changed"
         self._fingerprints = prints
-        try:
-            loaded = await asyncio.to_thread(self._read)  # files and PEM parsing: off the loop
-        except ReloadRefused as refused:
+        if isinstance(loaded, ReloadRefused):
             self._stamps = stamps  # retried at the next change or SIGHUP, not every check
-            self._refuse(trigger, refused)
+            self._refuse(trigger, loaded)
             return
         changed = []
         old, new = self._collection, loaded.collection
@@ -257,6 +235,21 @@ class ConfigReloader:
             return None  # the start's read, or an edit of another key
         self._sources = dataclasses.replace(self._sources, config_map=(str(ref), text))
         return f"ConfigMap {ref} changed"
+
+    async def _load(self) -> "LoadedConfig | ReloadRefused":
+        try:
+            return await asyncio.to_thread(self._read)  # files and PEM parsing: off the loop
+        except ReloadRefused as refused:
+            return refused
+
+    def _safe_at_once(self, loaded: "LoadedConfig | ReloadRefused") -> bool:
+        """Whether a hasty read may be put in force (or refused) without waiting: not while
+        the web config is wrong or turns basic auth off (issue 26: a request never finds the
+        server open because it met a file half-written)."""
+        if isinstance(loaded, ReloadRefused):
+            return loaded.file != "web_config"
+        return (self._live is None or loaded.security is None
+                or self._live.current.auth is None or loaded.security.auth is not None)
 
     def _read(self) -> LoadedConfig:
         """In a worker thread. Raises ReloadRefused."""
