@@ -11,6 +11,7 @@ and ratio within each round (their medians). Then, in-process, the check alone:
 `ConfigReloader.web_config_in_force` awaited back to back on an unchanged file (median ns).
 
     .venv/bin/python bench/web_config_check.py [--rounds 9] [--requests 2000] [--tls]
+        [--no-check-first] [--same]
 """
 
 from __future__ import annotations
@@ -125,11 +126,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--tls", action="store_true")
+    parser.add_argument("--no-check-first", action="store_true")
+    parser.add_argument("--same", action="store_true",
+                        help="both servers without the check: the harness's own difference")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         web, context = web_config(Path(folder), args.tls)
-        servers = {"check": start("check", web, 5000, context),
-                   "no check": start("no check", web, 0, context)}
+        # Started in turn, the first in the pair alternating with --no-check-first: what the
+        # start order alone does shows as the difference between the two runs.
+        pair = [("check", 0 if args.same else 5000), ("no check", 0)]
+        servers = {name: start(name, web, check_ms, context)
+                   for name, check_ms in (pair[::-1] if args.no_check_first else pair)}
         try:
             clients = {name: Client(s.port, context) for name, s in servers.items()}
             for client in clients.values():  # warm: the bcrypt, the first answers
@@ -147,12 +154,14 @@ def main() -> None:
             for server in servers.values():
                 server.stop()
         alone, stat = asyncio.run(check_alone(web))
+    rounds = {name: rounds[name] for name in ("check", "no check")}
     diffs = [a - b for a, b in zip(rounds["check"], rounds["no check"], strict=True)]
     ratios = [a / b for a, b in zip(rounds["check"], rounds["no check"], strict=True)]
     scheme = "HTTPS" if args.tls else "HTTP"
     print(f"| {scheme} keep-alive GET /metrics, basic auth | median per request (µs) |")
     print("|---|---|")
-    print(f"| with the web config check (`--config-check-interval 5000`) | "
+    first = "without it too (`--same`)" if args.same else "with the web config check"
+    print(f"| {first} (`--config-check-interval {0 if args.same else 5000}`) | "
           f"{median(rounds['check']) / 1000:.1f} |")
     print(f"| without (`--config-check-interval 0`) | {median(rounds['no check']) / 1000:.1f} |")
     print(f"| paired difference, median of {args.rounds} rounds | "
