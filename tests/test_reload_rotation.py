@@ -296,3 +296,35 @@ async def test_basic_auth_turned_off_applies_once_the_file_holds_still(tmp_path:
     await reloader.web_config_in_force()
     assert live.current.auth is None and live.current.config.users == ()
     live.close()
+
+
+async def test_a_broken_counters_file_does_not_hold_back_a_rotated_password(
+        tmp_path: Path) -> None:
+    """Each part on its own: the counters stay as they ran (refused, logged once, counted), the
+    rotated web config is put in force. Before, a wrong file kept the whole configuration, so
+    a counters file broken earlier kept the old password working for good."""
+    counters = tmp_path / "counters.csv"
+    counters.write_text(OLD)
+    web = tmp_path / "web.yml"
+    web.write_text(users(bcrypt_hash(PASSWORD)))
+    sources = CountersSources(collectors=counters, image_dir=tmp_path)
+    live = LiveWebSecurity(load_web_security(web))
+    recorder = Recorder()
+    reloader = ConfigReloader(recorder, sources, load_collection(sources),  # type: ignore[arg-type]
+                              live, 600.0)
+    with reload_log() as seen:
+        counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge\n")
+        await reloader.reload(None)  # the file check: refused, the running counters kept
+        rename_over(web, users(bcrypt_hash(NEW_PASSWORD)))
+        await reloader.web_config_in_force()
+    assert seen.lines == [
+        f"reload ({counters} changed) refused, keeping the running configuration: {counters}:1: "
+        "expected 3 comma-separated values 'FIELD, type, help', got 2: 'DCGM_FI_DEV_GPU_TEMP, "
+        "gauge' (quote a help text that contains a comma)",
+        f"configuration reloaded in part ({web} changed): web config"]
+    assert recorder.used == []
+    auth = live.current.auth
+    assert auth is not None
+    assert await auth.check(basic("prometheus", NEW_PASSWORD)["Authorization"]) is None
+    assert await auth.check(basic("prometheus", PASSWORD)["Authorization"]) == "wrong"
+    live.close()

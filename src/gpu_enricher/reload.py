@@ -10,7 +10,8 @@ limit, assembly.py), so a changed one is logged once as needing a restart.
 Nothing is torn down: /metrics keeps serving the running exposition until the collector has
 rendered a whole pass with the new counters (Collector.use_counters), and new connections and
 requests meet the new web config as soon as it is in force (web/live_security.py). A file that is
-wrong keeps the whole running configuration, is logged once and counted, and
+wrong keeps its part (the counters with the config file, or the web config) as it runs, is
+logged once and counted, and
 `gpu_enricher_config_reload_success` reads 0 until a reload succeeds, as Prometheus reports its
 own reloads.
 
@@ -55,6 +56,7 @@ REQUEST_RELOADS: Final = 2
 """Reloads one request may wait for: a file rewritten while it is read is read once more, a
 file rewritten without end does not hold a request forever."""
 
+
 class ReloadRefused(Exception):
     """A reload that keeps the running configuration; `file` is the metric's label."""
 
@@ -65,8 +67,16 @@ class ReloadRefused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class LoadedConfig:
-    collection: Collection
-    security: WebSecurity | None
+    """Each part as read, or why it is refused. The counters (with the config file) and the web
+    config are put in force each on its own: a broken counters file does not hold back a
+    rotated password (issue 26)."""
+
+    collection: Collection | ReloadRefused
+    security: WebSecurity | ReloadRefused | None
+
+    @property
+    def refused(self) -> tuple[ReloadRefused, ...]:
+        return tuple(p for p in (self.collection, self.security) if isinstance(p, ReloadRefused))
 
 
 class ConfigReloader:
@@ -91,7 +101,7 @@ class ConfigReloader:
         self._check_seconds = check_seconds
         self._wall_clock = wall_clock
         self._requested = asyncio.Event()
-        self._last_error: str | None = None
+        self._last_errors: frozenset[str] = frozenset()
         self._stamps = self._stamp_all()
         self._fingerprints = fingerprints(tuple(self._stamps))
         self._running: asyncio.Future[None] | None = None  # the reload under way
@@ -167,7 +177,7 @@ class ConfigReloader:
             seen = now
 
     async def reload(self, trigger: str | None, hasty: bool = False) -> None:
-        """Re-read every file; put them in force only when all are right. `trigger` None: the
+        """Re-read every file; put each part in force when it is right. `trigger` None: the
         watched files changed, and the log line names those whose bytes changed (else those
         replaced); none changed: already read by another reload, nothing to do. `hasty` (a
         request waits): read at once, unless that finds the web config wrong or turning basic
@@ -176,40 +186,40 @@ class ConfigReloader:
         stamps = self._stamp_all()  # before reading: a change while reading is seen next time
         if trigger is None and all(now == self._stamps.get(p) for p, now in stamps.items()):
             return
-        loaded = await self._load()
+        loaded = await asyncio.to_thread(self._read)  # files and PEM parsing: off the loop
         if hasty and not self._safe_at_once(loaded):
             await self._settle()
             stamps = self._stamp_all()
-            loaded = await self._load()
+            loaded = await asyncio.to_thread(self._read)
         moved = [path for path, now in stamps.items() if now != self._stamps.get(path)]
         before, prints = self._fingerprints, await asyncio.to_thread(fingerprints, tuple(stamps))
         edited = [path for path in stamps if prints[path] != before.get(path)]
         if trigger is None:
             trigger = f"{', '.join(str(path) for path in edited or moved)} changed"
         self._fingerprints = prints
-        if isinstance(loaded, ReloadRefused):
-            self._stamps = stamps  # retried at the next change or SIGHUP, not every check
-            self._refuse(trigger, loaded)
-            return
         changed = []
-        old, new = self._collection, loaded.collection
-        self._collection = new
-        if (new.counters, new.field_intervals_ms) != (old.counters, old.field_intervals_ms):
-            self._collector.use_counters(new.counters, new.field_intervals_ms)
-            changed.append(f"{len(new.counters)} counter line(s) from {new.origin}, "
-                           f"{len(new.field_intervals_ms)} field(s) in watch groups")
-        self._note_interval(new.interval_ms)
-        if self._live is not None and loaded.security is not None:
+        if isinstance(new := loaded.collection, Collection):
+            old, self._collection = self._collection, new
+            if (new.counters, new.field_intervals_ms) != (old.counters, old.field_intervals_ms):
+                self._collector.use_counters(new.counters, new.field_intervals_ms)
+                changed.append(f"{len(new.counters)} counter line(s) from {new.origin}, "
+                               f"{len(new.field_intervals_ms)} field(s) in watch groups")
+            self._note_interval(new.interval_ms)
+        if self._live is not None and isinstance(loaded.security, WebSecurity):
             web_files = watched_files(self._live.current.config)
             if (loaded.security.config != self._live.current.config
                     or any(path in edited for path in web_files)):
                 changed.append("web config")
             self._live.replace(loaded.security)
-        # The stamps read before reading (a change meanwhile is the next reload), and those of
-        # the files the new web config names for the first time.
+        # The stamps read before reading (a change meanwhile is the next reload; a file refused
+        # is retried at its next change or SIGHUP, not at every check), and those of the files
+        # the new web config names for the first time.
         self._stamps = {path: stamps[path] if path in stamps else stamp(path)
                         for path in self._paths()}
-        self._last_error = None
+        if loaded.refused:
+            self._refuse(trigger, loaded.refused, changed)
+            return
+        self._last_errors = frozenset()
         CONFIG.reload_ok, CONFIG.last_success = True, self._wall_clock()
         log.info("configuration reloaded (%s): %s", trigger, ", ".join(changed) or "unchanged")
 
@@ -229,47 +239,42 @@ class ConfigReloader:
         try:
             text = metrics_text(found, ref)
         except ValueError as exc:
-            self._refuse(f"ConfigMap {ref} changed", ReloadRefused("configmap", str(exc)))
+            self._refuse(f"ConfigMap {ref} changed", (ReloadRefused("configmap", str(exc)),))
             return None
         if self._sources.config_map == (str(ref), text):
             return None  # the start's read, or an edit of another key
         self._sources = dataclasses.replace(self._sources, config_map=(str(ref), text))
         return f"ConfigMap {ref} changed"
 
-    async def _load(self) -> "LoadedConfig | ReloadRefused":
-        try:
-            return await asyncio.to_thread(self._read)  # files and PEM parsing: off the loop
-        except ReloadRefused as refused:
-            return refused
-
-    def _safe_at_once(self, loaded: "LoadedConfig | ReloadRefused") -> bool:
-        """Whether a hasty read may be put in force (or refused) without waiting: not while
-        the web config is wrong or turns basic auth off (issue 26: a request never finds the
-        server open because it met a file half-written)."""
-        if isinstance(loaded, ReloadRefused):
-            return loaded.file != "web_config"
-        return (self._live is None or loaded.security is None
-                or self._live.current.auth is None or loaded.security.auth is not None)
+    def _safe_at_once(self, loaded: LoadedConfig) -> bool:
+        """Whether a hasty read may be put in force (or refused) without waiting: not while a
+        file is wrong or the web config turns basic auth off (issue 26: a request never finds
+        the server open, nor logs a refusal, because it met a file half-written)."""
+        auth_off = (self._live is not None and self._live.current.auth is not None
+                    and isinstance(loaded.security, WebSecurity) and loaded.security.auth is None)
+        return not loaded.refused and not auth_off
 
     def _read(self) -> LoadedConfig:
-        """In a worker thread. Raises ReloadRefused."""
+        """In a worker thread: each part, or why it is refused."""
+        collection: Collection | ReloadRefused
         try:
             collection = load_collection(self._sources)
         except CountersFileError as exc:
             file = ("config_file" if isinstance(exc, ExporterConfigError)
                     else "configmap" if self._sources.config_map is not None else "counters")
-            raise ReloadRefused(file, str(exc)) from None
+            collection = ReloadRefused(file, str(exc))
         if self._live is None:
             return LoadedConfig(collection, None)
         running = self._live.current
+        security: WebSecurity | ReloadRefused
         try:
             config = load_web_config(Path(running.config.path))
             fixed = fixed_setting_changed(running.config, config)
-            if fixed is not None:
-                raise ReloadRefused("web_config", fixed)
-            return LoadedConfig(collection, web_security(config, running))
+            security = (web_security(config, running) if fixed is None
+                        else ReloadRefused("web_config", fixed))
         except WebConfigError as exc:
-            raise ReloadRefused("web_config", str(exc)) from None
+            security = ReloadRefused("web_config", str(exc))
+        return LoadedConfig(collection, security)
 
     def _note_interval(self, wanted: int | None) -> None:
         """Once per new value: a changed collection.interval needs a restart."""
@@ -281,11 +286,14 @@ class ConfigReloader:
                     "(the interval sizes the sources' deadlines at start)", wanted,
                     self._interval_ms)
 
-    def _refuse(self, trigger: str, refused: ReloadRefused) -> None:
+    def _refuse(self, trigger: str, refusals: tuple[ReloadRefused, ...],
+                applied: list[str] | None = None) -> None:
         CONFIG.reload_ok = False
-        CONFIG.failures[refused.file] += 1
-        message = str(refused)
-        # Once per distinct error: a file that stays wrong is not logged on every SIGHUP.
-        (log.error if message != self._last_error else log.debug)(
-            "reload (%s) refused, keeping the running configuration: %s", trigger, message)
-        self._last_error = message
+        for refused in refusals:
+            CONFIG.failures[refused.file] += 1
+            # Once per distinct error: a file that stays wrong is not logged on every SIGHUP.
+            (log.error if str(refused) not in self._last_errors else log.debug)(
+                "reload (%s) refused, keeping the running configuration: %s", trigger, refused)
+        self._last_errors = frozenset(str(refused) for refused in refusals)
+        if applied:
+            log.info("configuration reloaded in part (%s): %s", trigger, ", ".join(applied))
