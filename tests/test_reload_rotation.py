@@ -5,7 +5,8 @@ request after the write, on a connection kept alive across it and on a new one, 
 the file check (set to 10 minutes here, so it can never be what applied it); the old password,
 remembered by the bcrypt cache before the rotation, gets no further; an inline certificate
 changed in the same file is served to the next handshake; the log line names the file whose
-bytes changed."""
+bytes changed. A request that meets the file half-written waits until it holds still rather
+than finding the server open; a broken counters file does not hold back a rotation."""
 
 import asyncio
 import contextlib

@@ -8,7 +8,8 @@ aliases per level into gigabytes) and deep nesting (the composer recurses per le
 a date-like plain scalar as a date (the files have no dates, and PyYAML's timestamp constructor
 raises on 2001-02-30): `StrictLoader` refuses the first two and keeps the third a string. The
 web-config loader builds on it; `PositionedLoader` decodes to plain values that remember where
-they were written (the scenario and dcgm-exporter's config file name `FILE:LINE…` in errors)."""
+they were written (the scenario and dcgm-exporter's config file name `FILE:LINE…` in errors).
+`stamp` and `fingerprint` tell when such a file changed (reload.py)."""
 
 import hashlib
 import os
