@@ -231,6 +231,8 @@ def run(config: Config, collection: Collection,
                                   collection, live, config.config_check_interval_ms / 1000,
                                   None if config.collect_interval_given
                                   else config.collect_interval_ms, config_map)
+        if live is not None and config.config_check_interval_ms > 0:
+            live.before_request = reloader.web_config_in_force  # issue 26: rotations at once
         app[RELOADER_KEY] = reloader
         app.cleanup_ctx.append(_for_the_app_life("config-reloader", reloader.run))
         with asyncio.Runner(loop_factory=new_event_loop) as runner:

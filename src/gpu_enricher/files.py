@@ -8,8 +8,10 @@ aliases per level into gigabytes) and deep nesting (the composer recurses per le
 a date-like plain scalar as a date (the files have no dates, and PyYAML's timestamp constructor
 raises on 2001-02-30): `StrictLoader` refuses the first two and keeps the third a string. The
 web-config loader builds on it; `PositionedLoader` decodes to plain values that remember where
-they were written (the scenario and dcgm-exporter's config file name `FILE:LINE…` in errors)."""
+they were written (the scenario and dcgm-exporter's config file name `FILE:LINE…` in errors).
+`stamp` and `fingerprint` tell when such a file changed (reload.py)."""
 
+import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -80,6 +82,39 @@ def read_regular_file(path: Path, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise too_large(f"more than {limit} bytes read")
     return data
+
+
+# --- what tells a changed file (the reloader's watch) -------------------------------------------
+
+
+Stamp = tuple[int, int, int, int, int] | None
+
+MAX_FINGERPRINT_BYTES: Final = 4 << 20
+"""Every watched file is far smaller (counters and config files 1 MiB at most, PEM files)."""
+
+
+def stamp(path: Path) -> Stamp:
+    """What changes when the file is replaced or rewritten (symlinks followed: a Kubernetes
+    volume swaps its `..data` link); None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def fingerprint(path: Path) -> bytes | None:
+    """A digest of the file's bytes; None when it cannot be read. A Kubernetes volume swaps
+    every key's file at once: the digest tells the file that changed from those replaced by the
+    same bytes (issue 26)."""
+    try:
+        return hashlib.sha256(read_regular_file(path, MAX_FINGERPRINT_BYTES, "file")).digest()
+    except FileReadError:
+        return None
+
+
+def fingerprints(paths: tuple[Path, ...]) -> dict[Path, bytes | None]:
+    return {path: fingerprint(path) for path in paths}
 
 
 # --- YAML ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from gpu_enricher.cli.main import (
     parse_address,
     parse_config,
 )
+from gpu_enricher.sim.scenario import ScenarioError, load_scenario
 
 
 def test_defaults() -> None:
@@ -142,10 +143,52 @@ def test_addresses(text: str, expected: tuple[str | None, int]) -> None:
     assert parse_address(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["9400", ":0", ":70000", "host:", ":port"])
+@pytest.mark.parametrize("bad", ["9400", ":0", ":70000", "host:", ":port",
+                                 ":\u0669\u0664\u0660\u0660"])  # Arabic-Indic 9400
 def test_bad_addresses(bad: str) -> None:
     with pytest.raises(UsageError, match="invalid address"):
         parse_address(bad)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("[::1", "missing ']'"),
+    (":9400:9400", "too many colons"),
+    ("::1:9400", "too many colons (an IPv6 address goes in brackets"),
+    ("[::1]9400", "missing port after ']'"),
+    ("[::1]", "missing port after ']'"),
+    ("[::1]:9400:9400", "too many colons after ']'"),
+    ("::1]:9400", "too many colons"),
+    ("host]:9400", "unexpected ']'"),
+    ("[a[b]:9400", "unexpected '['"),
+    ("ho[st:9400", "unexpected '['"),
+])
+@pytest.mark.parametrize("source", ["-a", "--address", "GPU_ENRICHER_ADDRESS",
+                                    "DCGM_EXPORTER_LISTEN"])
+def test_a_malformed_address_is_a_usage_error_naming_its_source(
+        text: str, why: str, source: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: what Go's net.SplitHostPort refuses is a usage error (exit 2) naming the flag
+    or variable, as `:65536` is, not a host name that fails to resolve at bind time (exit 1)."""
+    argv = [source, text] if source.startswith("-") else []
+    env = {} if argv else {source: text}
+    origin = "--address" if argv else source
+    message = f"{origin}={text}: invalid address {text!r}: {why}"
+    with pytest.raises(UsageError) as refused:  # first: main() would start serving
+        parse_config(argv, env)
+    assert str(refused.value).startswith(message)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpu-enricher: error: {message}"), err
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[]:9400", (None, 9400)), ("[127.0.0.1]:9400", ("127.0.0.1", 9400)),
+    ("[fe80::1%eth0]:9400", ("fe80::1%eth0", 9400)), (" :9400\n", (None, 9400)),
+])
+def test_what_go_splits_is_accepted(text: str, expected: tuple[str | None, int]) -> None:
+    assert parse_address(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -210,6 +253,23 @@ def test_scenario_yaml_errors_are_one_line_with_position(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"gpu-enricher: error: {bad}:5:5: invalid YAML: expected ',' or ']', "
                    "but got ':'"]
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("gpus: [{model: null}]\n", ":1: gpus[0].model"),
+    ("driver_version: null\ngpus: [{}]\n", ":1: driver_version"),
+])
+def test_a_scenario_with_null_text_exits_2_naming_line_and_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, where: str) -> None:
+    """Issue 26: these started the simulated node with the default model and driver."""
+    bad = tmp_path / "node.yaml"
+    bad.write_text(text)
+    with pytest.raises(ScenarioError):  # first: main() would start serving
+        load_scenario(bad)
+    assert main(["--simulate", str(bad)]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpu-enricher: error: {bad}{where}: expected a string, got nothing "
+                   "(null, ~ or no value)"]
 
 
 def test_unknown_flag_is_a_short_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

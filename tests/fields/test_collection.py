@@ -128,3 +128,34 @@ def test_a_config_file_that_is_wrong_or_absent_is_an_error(image: Path) -> None:
     (image / "config.yaml").write_text("version: 1\nmetrics: {file: /data/none.csv}\n")
     with pytest.raises(CountersFileError, match=r"/data/none\.csv: cannot read counters file"):
         load_collection(CountersSources(config_file=ETC / "config.yaml", image_dir=image))
+
+
+# Issue 26: an unbalanced quote is reported at the line where its field began (quoted), and the
+# column of the quote, whichever source the counters come from.
+_OPENED_ON_LINE_2 = ("# DCGM FIELD, Prometheus metric type, help message\n"
+                     '  DCGM_FI_DEV_GPU_UTIL, gauge, "GPU utilization (in %).\n'
+                     + TEMP * 40)
+
+
+@pytest.mark.parametrize("source", ["-f", "--config-file metrics.file", "-m"])
+def test_an_unbalanced_quote_names_its_line_and_column(image: Path, tmp_path: Path,
+                                                       source: str) -> None:
+    assert _OPENED_ON_LINE_2.count("\n") == 42
+    csv_file = tmp_path / "counters.csv"
+    csv_file.write_text(_OPENED_ON_LINE_2)
+    if source == "-f":
+        sources, name = CountersSources(collectors=csv_file, image_dir=image), str(csv_file)
+    elif source == "-m":
+        sources = CountersSources(config_map=("gpu-operator/metrics", _OPENED_ON_LINE_2),
+                                  image_dir=image)
+        name = "ConfigMap gpu-operator/metrics key metrics"
+    else:
+        config = tmp_path / "config.yaml"
+        config.write_text(f"version: 1\nmetrics:\n  file: {csv_file}\n")
+        sources, name = CountersSources(config_file=config, image_dir=image), str(csv_file)
+    with pytest.raises(CountersFileError) as err:
+        load_collection(sources)
+    assert str(err.value) == (
+        f"{name}:2: malformed CSV: the quote at column 32 is not closed on its line (a field "
+        'cannot span lines; a quote inside a quoted help text is doubled, ""): '
+        "'DCGM_FI_DEV_GPU_UTIL, gauge, \"GPU utilization (in %).'")

@@ -390,3 +390,41 @@ def test_the_builtin_scenario_passes_the_file_checks(tmp_path: Path) -> None:
     path.write_text(resources.files("gpu_enricher.sim").joinpath("builtin-scenario.yaml")
                     .read_text("utf-8"))
     assert load_scenario(path) == builtin_scenario()
+
+
+# Issue 26: YAML's null (`key:`, `key: null`, `key: ~`) is not text. Every text key of the
+# format, where it is written: refused at its line, as a number would be.
+_NULL_TEXT = [
+    ("driver_version: {}\ngpus: [{{}}]", 1, "driver_version"),
+    ("gpus:\n  - model: {}", 2, "gpus[0].model"),
+    ("gpus:\n  - uuid: {}", 2, "gpus[0].uuid"),
+    ("gpus:\n  - pci_bus_id: {}", 2, "gpus[0].pci_bus_id"),
+    ("gpus:\n  - processes:\n      - {{pid: 5, name: {}}}", 3, "gpus[0].processes[0].name"),
+    ("gpus:\n  - processes:\n      - {{pid: 5, type: {}}}", 3, "gpus[0].processes[0].type"),
+    ("gpus:\n  - processes:\n      - {{pid: 5, pod: {}}}", 3, "gpus[0].processes[0].pod"),
+    ("gpus:\n  - processes:\n      - {{pid: 5, container: {}}}", 3,
+     "gpus[0].processes[0].container"),
+    ("gpus:\n  - hpc_jobs:\n      - {}", 3, "gpus[0].hpc_jobs[0]"),
+    *(("gpus: [{{}}]\npods:\n  - {{namespace: a, pod: b, container: c, gpus: [0], "
+       + key + ": {}}}", 3, f"pods[0].{key}") for key in ("resource", "uid", "claim")),
+    ("gpus: [{{}}]\npods:\n  - {{namespace: {}, pod: b, container: c}}", 3, "pods[0].namespace"),
+    ("gpus: [{{}}]\npods:\n  - {{namespace: a, pod: {}, container: c}}", 3, "pods[0].pod"),
+    ("gpus: [{{}}]\npods:\n  - {{namespace: a, pod: b, container: {}}}", 3, "pods[0].container"),
+    ("gpus: [{{}}]\npods:\n  - namespace: a\n    pod: b\n    container: c\n    device_ids:\n"
+     "      - {}", 7, "pods[0].device_ids[0]"),
+    ("gpus: [{{}}]\npods:\n  - {{namespace: a, pod: b, container: c, labels: {{team: {}}}}}", 3,
+     "pods[0].labels['team']"),
+]
+
+
+@pytest.mark.parametrize("null", ["null", "~", "Null", ""])
+@pytest.mark.parametrize(("template", "line", "key"), _NULL_TEXT)
+def test_a_null_text_value_is_refused_at_its_line(tmp_path: Path, template: str, line: int,
+                                                  key: str, null: str) -> None:
+    path = tmp_path / "node.yaml"
+    text = template.format(null)
+    path.write_text(text + "\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == (f"{path}:{line}: {key}: expected a string, got nothing "
+                              "(null, ~ or no value)"), text

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_enricher.reload import stamp
+from gpu_enricher.files import stamp
 from gpu_enricher.web.config import TlsSettings, WebConfig
 from gpu_enricher.web.live_security import fixed_setting_changed, watched_files
 

@@ -25,12 +25,45 @@ class ArgumentsError(UsageError):
     """The command line itself is wrong (unknown flag, missing value): usage follows."""
 
 
+def _split_host_port(text: str) -> tuple[str, str]:
+    """HOST and PORT as Go's net.SplitHostPort splits them (dcgm-exporter listens through it):
+    the port after the last colon; an IPv6 host in brackets, `[::1]:9400`; a colon left in the
+    host, a bracket out of place or unbalanced, is refused. Raises UsageError saying which."""
+    colon = text.rfind(":")
+    if colon < 0:
+        raise UsageError("missing port")
+    inner_start = inner_end = 0  # a bracket may appear only as the host's own brackets
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise UsageError("missing ']'")
+        if close + 1 != colon:
+            raise UsageError("too many colons after ']'" if text[close + 1:close + 2] == ":"
+                             else "missing port after ']'")
+        host, inner_start, inner_end = text[1:close], 1, close + 1
+    else:
+        host = text[:colon]
+        if ":" in host:
+            raise UsageError("too many colons (an IPv6 address goes in brackets: [::1]:9400)")
+    if "[" in text[inner_start:]:
+        raise UsageError("unexpected '['")
+    if "]" in text[inner_end:]:
+        raise UsageError("unexpected ']'")
+    return host, text[colon + 1:]
+
+
 def parse_address(text: str) -> tuple[str | None, int]:
-    """`:9400`, `0.0.0.0:9400`, `[::1]:9400`, `localhost:9400` → (host or None, port)."""
-    host, sep, port_text = text.strip().rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise UsageError(f"invalid address {text!r}: expected [HOST]:PORT, e.g. :9400")
-    host = host.strip("[]")
+    """`:9400`, `0.0.0.0:9400`, `[::1]:9400`, `localhost:9400` → (host or None, port). What
+    Go's net.SplitHostPort refuses (`[::1`, `:9400:9400`, `::1:9400`) is a usage error, never
+    a host name that fails to resolve (issue 26); the port is a number from 1 to 65535."""
+    try:
+        host, port_text = _split_host_port(text.strip())
+    except UsageError as exc:
+        raise UsageError(f"invalid address {text!r}: {exc}; expected [HOST]:PORT, e.g. :9400 "
+                         "or [::1]:9400") from None
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
+        raise UsageError(f"invalid address {text!r}: expected [HOST]:PORT with a port from 1 "
+                         "to 65535, e.g. :9400")
     return (host or None), int(port_text)
 
 

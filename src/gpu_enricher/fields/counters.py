@@ -105,6 +105,30 @@ def _excerpt(text: str) -> str:
     return f"{text[:EXCERPT_CHARS]!r}…"
 
 
+def _unclosed_quote(line: str) -> int | None:
+    """The 1-based column of the quote that opens a field and is never closed on `line` (CSV
+    as csv.reader(skipinitialspace=True) reads it: a field that starts with `"`, `""` inside it
+    a quote); None when every quoted field closes."""
+    opened: int | None = None
+    at_field_start = True
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if opened is not None:
+            if char == '"' and line[i + 1:i + 2] == '"':
+                i += 1
+            elif char == '"':
+                opened = None
+        elif char == ",":
+            at_field_start = True
+        elif at_field_start and char == '"':
+            opened, at_field_start = i + 1, False
+        elif char != " ":
+            at_field_start = False
+        i += 1
+    return opened
+
+
 def counter_line(field: str, prom_type: str, help_text: str, path: str, line_no: int,
                  where: str) -> CounterLine:
     """One counters line checked (a CSV line, or an inline field of dcgm-exporter's config
@@ -152,6 +176,14 @@ def parse_counters(text: str, path: str) -> tuple[CounterLine, ...]:
         try:
             records = list(csv.reader([stripped], skipinitialspace=True, strict=True))
         except csv.Error as exc:
+            column = _unclosed_quote(stripped)
+            if column is not None:  # issue 26: name where the field began, not the line's end
+                indent = len(raw) - len(raw.lstrip())
+                raise CountersFileError(
+                    f"{where}: malformed CSV: the quote at column {indent + column} is not "
+                    "closed on its line (a field cannot span lines; a quote inside a quoted "
+                    f'help text is doubled, ""): {_excerpt(stripped)}'
+                ) from None
             raise CountersFileError(
                 f"{where}: malformed CSV ({exc}): {_excerpt(stripped)}"
             ) from None

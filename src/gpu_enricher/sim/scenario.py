@@ -42,6 +42,7 @@ from .scenario_values import (
     check_keys,
     line_of,
     opt,
+    opt_text,
     show,
 )
 from .scenario_values import ScenarioError as ScenarioError
@@ -68,7 +69,7 @@ def _gpu(raw: Any, index: int, seed: int, at: At) -> tuple[SimGpu, tuple[At, ...
     """The GPU and where each of its processes was written."""
     spec = as_mapping(raw, at)
     check_keys(spec, _GPU_KEYS, at)
-    model = opt(spec, at, "model", "NVIDIA H100 80GB HBM3", as_text)
+    model = opt_text(spec, at, "model", "NVIDIA H100 80GB HBM3", as_text)
     memory = opt(spec, at, "memory_mib", 81559, as_int)
     instances = _instances(spec, at, memory)
     processes, process_ats = _processes(spec, at, instances)
@@ -79,8 +80,8 @@ def _gpu(raw: Any, index: int, seed: int, at: At) -> tuple[SimGpu, tuple[At, ...
     gpu = SimGpu(
         index=index,
         model=model,
-        uuid=opt(spec, at, "uuid", default_uuid(seed, index), as_text),
-        pci_bus_id=opt(spec, at, "pci_bus_id", f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+        uuid=opt_text(spec, at, "uuid", default_uuid(seed, index), as_text),
+        pci_bus_id=opt_text(spec, at, "pci_bus_id", f"00000000:{0x18 + 0x10 * index:02X}:00.0",
                         as_text),
         memory_mib=memory,
         utilization=opt(spec, at, "utilization", (0.0, 0.0), as_percent),
@@ -191,7 +192,7 @@ def _process(raw: Any, at: At) -> SimProcess:
     spec = as_mapping(raw, at)
     check_keys(spec, _PROCESS_KEYS, at)
     gi = spec.get("gi")
-    kind = opt(spec, at, "type", "compute", as_text)
+    kind = opt_text(spec, at, "type", "compute", as_text)
     if kind not in _PROCESS_TYPES:
         raise at.field(spec, "type").error(
             f"one of {', '.join(_PROCESS_TYPES)}, got {show(kind)}")
@@ -199,9 +200,9 @@ def _process(raw: Any, at: At) -> SimProcess:
         pid=as_int(spec.get("pid"), at.field(spec, "pid"), PID_MAX),
         used_memory_mib=opt(spec, at, "used_memory_mib", 0, as_int),
         gpu_instance_id=None if gi is None else as_int(gi, at.field(spec, "gi")),
-        name=opt(spec, at, "name", "python", as_text)[:15],  # comm holds 15 characters
-        pod=opt(spec, at, "pod", None, as_pod_ref),
-        container=opt(spec, at, "container", None, as_text),
+        name=opt_text(spec, at, "name", "python", as_text)[:15],  # comm holds 15 characters
+        pod=opt_text(spec, at, "pod", None, as_pod_ref),
+        container=opt_text(spec, at, "container", None, as_text),
         sm_utilization=opt(spec, at, "sm_utilization", (0.0, 0.0), as_ratio),
         kind=kind,
     )
@@ -268,7 +269,7 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
     scenario = Scenario(
         gpus=gpus,
         seed=seed,
-        driver_version=opt(top, at, "driver_version", "580.105.08", as_text),
+        driver_version=opt_text(top, at, "driver_version", "580.105.08", as_text),
         period_seconds=period,
         # The kubelet lists device-plugin devices; claimed ones come as dynamic_resources.
         pods=tuple(p for p, spec in pods if p.device_ids and spec.claim is None),

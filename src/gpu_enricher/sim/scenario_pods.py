@@ -22,6 +22,8 @@ from .scenario_values import (
     as_text,
     check_keys,
     opt,
+    opt_text,
+    refuse_null,
     show,
 )
 
@@ -52,7 +54,7 @@ def pod_entry(raw: Any, gpus: tuple[SimGpu, ...], at: At) -> tuple[PodAssignment
     the Kubernetes API describes it."""
     spec = as_mapping(raw, at)
     check_keys(spec, _POD_KEYS, at)
-    namespace, pod, container = (opt(spec, at, key, "", as_text) for key in (
+    namespace, pod, container = (opt_text(spec, at, key, "", as_text) for key in (
         "namespace", "pod", "container"))
     for key, value in (("namespace", namespace), ("pod", pod), ("container", container)):
         if not value:
@@ -72,6 +74,7 @@ def pod_entry(raw: Any, gpus: tuple[SimGpu, ...], at: At) -> tuple[PodAssignment
         g, gi = slices[0]
         profile = next(i.profile for i in gpus[g].instances if i.gpu_instance_id == gi)
         default_resource = f"nvidia.com/mig-{profile}"
+    refuse_null(spec, at, "claim")
     claim = spec.get("claim")
     if claim is not None and (not isinstance(claim, str) or not claim or ids):
         raise at.field(spec, "claim").error("a claim name, with gpus or mig (not device_ids)")
@@ -81,8 +84,8 @@ def pod_entry(raw: Any, gpus: tuple[SimGpu, ...], at: At) -> tuple[PodAssignment
     if admin and claim is None:
         raise at.field(spec, "admin_access").error("admin access is a claim's: set claim too")
     assignment = PodAssignment(namespace, pod, container,
-                               opt(spec, at, "resource", default_resource, as_text),
+                               opt_text(spec, at, "resource", default_resource, as_text),
                                tuple(device_ids))
     return assignment, SimPod(namespace, pod, container,
-                              opt(spec, at, "uid", pod_uid(namespace, pod), as_text),
+                              opt_text(spec, at, "uid", pod_uid(namespace, pod), as_text),
                               opt(spec, at, "labels", {}, as_labels), claim, devices, admin)

@@ -15,6 +15,9 @@ LARGEST: Final = 10**15
 """Upper bound of every number: far above any real reading, and finite in every sum the
 simulated node makes of them."""
 
+NO_TEXT: Final = "expected a string, got nothing (null, ~ or no value)"
+"""A text value that is YAML's null."""
+
 T = TypeVar("T")
 
 
@@ -139,6 +142,8 @@ def as_bool(raw: Any, at: At) -> bool:
 
 
 def as_text(raw: Any, at: At, *, empty: bool = False) -> str:
+    if raw is None:
+        raise at.error(NO_TEXT)
     if not isinstance(raw, str):
         # YAML reads 550.120 as the number 550.12: quoting keeps what was written.
         hint = " (quote it)" if isinstance(raw, int | float) else ""
@@ -185,6 +190,21 @@ def opt(spec: Mapping[str, Any], at: At, name: str, default: T,
     """spec[name] read by `read`; `default` when absent or null (`key:` with no value)."""
     raw = spec.get(name)
     return default if raw is None else read(raw, at.field(spec, name))
+
+
+def refuse_null(spec: Mapping[str, Any], at: At, name: str) -> None:
+    """A text key written with no value (`model:`, `model: null`, `model: ~`) is refused as any
+    other wrong type (issue 26): YAML's null is not text, and taking it for "absent" would
+    serve a default that the file seems to replace."""
+    if name in spec and spec[name] is None:
+        raise at.field(spec, name).error(NO_TEXT)
+
+
+def opt_text(spec: Mapping[str, Any], at: At, name: str, default: T,
+             read: Callable[[Any, At], T]) -> T:
+    """A text key read by `read` (as_text, as_pod_ref); `default` only when absent."""
+    refuse_null(spec, at, name)
+    return opt(spec, at, name, default, read)
 
 
 def check_keys(spec: Mapping[str, Any], allowed: frozenset[str], at: At) -> None:

@@ -4,7 +4,9 @@ dropping a connection, as exporter-toolkit's re-read on every connection does.
 
 A connection is served by the configuration in force when its TLS handshake starts (the
 listening context's SNI callback hands the handshake to the newest context, which OpenSSL calls
-whether or not the client sent a server name); a request by the one in force when it arrives.
+whether or not the client sent a server name); a request by the one in force when it arrives,
+after `before_request` (reload.py's check of the web config file: a changed file is put in force
+first, so that a rotated password applies to the very next request, issue 26).
 
 What OpenSSL fixes per listening socket cannot change this way: TLS on or off, versions,
 ciphers, curves and the client-certificate mode. A reload that changes one of them is refused
@@ -15,6 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
@@ -60,6 +63,7 @@ class LiveWebSecurity:
 
     def __init__(self, security: WebSecurity) -> None:
         self.current = security
+        self.before_request: Callable[[], Awaitable[None]] | None = None
         listening = security.ssl_context
         if listening is not None:
             listening.sni_callback = self._handshake_context

@@ -218,6 +218,8 @@ def count_requests(app: web.Application) -> None:
 def _basic_auth(live: "LiveWebSecurity") -> Middleware:
     @web.middleware
     async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if live.before_request is not None:
+            await live.before_request()  # a changed web config in force first (issue 26)
         auth = live.current.auth  # the users in force when the request arrives
         if auth is None:
             return await handler(request)
