@@ -21,6 +21,7 @@ from ..model import AllocatableDevices, ClaimAllocation, PodAssignment
 from ._generated.podresources.v1 import api_pb2 as v1_pb2
 from ._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from .gil import GIL_PAUSE_SECONDS, GIL_SLICE_SECONDS, gil_pacer
+from .selection import NO_UNMATCHED, MayKeep, Select, UnmatchedIds, UnmatchedTally
 
 # protobuf ships no type information (types-protobuf is not a dependency): imported by name.
 DecodeError: type[Exception] = importlib.import_module("google.protobuf.message").DecodeError
@@ -36,14 +37,14 @@ class ListResult:
     cpu_seconds: float = 0.0
     """CPU the client's thread spent receiving and parsing the answer (set by the client)."""
     answer_bytes: int = 0  # the answer's size (set by the client)
+    unmatched: UnmatchedIds = NO_UNMATCHED
+    """The GPU resources' device IDs the `Select` dropped: they name nothing on this node."""
 
 
-Keep = Callable[[str, Sequence[str]], bool]
-"""Whether to keep a container's devices of one resource: (resource name, device IDs)."""
-MayKeep = Sequence[re.Pattern[bytes]]
-"""Byte patterns, one of which matches inside the encoded `PodResources` of every pod that holds
-a device `Keep` accepts: a pod none of them matches is not parsed. A match elsewhere costs
-only a parse."""
+@dataclass(frozen=True, slots=True)
+class AllocatableResult:
+    devices: tuple[AllocatableDevices, ...]
+    unmatched: UnmatchedIds = NO_UNMATCHED
 
 CLAIM_ON_WIRE: Final = re.compile(rb"\x2a[\x80-\xff]{0,9}[\x00-\x7f][\x0a\x12\x1a\x22]")
 """What a v1 `ContainerResources.dynamic_resources` entry (field 5) holding claimed devices
@@ -56,20 +57,26 @@ SCAN_BYTES: Final = 64 << 10
 thread gives the GIL away."""
 
 
-def parse_pod_resources(pods: Iterable[Any], keep: Keep | None = None,
-                        ) -> tuple[PodAssignment, ...]:
-    """`PodResources` messages (v1 or v1alpha1) → one assignment per container and resource
-    (those `keep` accepts, when given). The kubelet also lists containers that hold no device:
-    they give no assignment."""
+def parse_pod_resources(pods: Iterable[Any], select: Select | None = None,
+                        unmatched: UnmatchedTally | None = None) -> tuple[PodAssignment, ...]:
+    """`PodResources` messages (v1 or v1alpha1) → one assignment per container and resource,
+    of the IDs `select` keeps (all without it; those it counts go to `unmatched`). The kubelet
+    also lists containers that hold no device: they give no assignment, nor does a resource
+    none of whose IDs is kept."""
     result: list[PodAssignment] = []
     for pod in pods:
         for container in pod.containers:
             for devices in container.devices:
                 # A tuple only for what is kept: most of a large answer is not.
-                if keep is None or keep(devices.resource_name, devices.device_ids):
+                if select is None:
+                    kept: tuple[str, ...] = tuple(devices.device_ids)
+                else:
+                    kept, dropped = select(devices.resource_name, devices.device_ids)
+                    if dropped and unmatched is not None:
+                        unmatched.add(dropped)
+                if kept:
                     result.append(PodAssignment(pod.namespace, pod.name, container.name,
-                                                devices.resource_name,
-                                                tuple(devices.device_ids)))
+                                                devices.resource_name, kept))
     return tuple(result)
 
 
@@ -89,11 +96,21 @@ def parse_claims(pods: Iterable[v1_pb2.PodResources]) -> tuple[ClaimAllocation, 
     )
 
 
-def parse_allocatable(devices: Iterable[Any]) -> tuple[AllocatableDevices, ...]:
+def parse_allocatable(devices: Iterable[Any], select: Select | None = None,
+                      ) -> AllocatableResult:
+    """`ContainerDevices` of a `GetAllocatableResources` answer → the IDs `select` keeps (all
+    without it) per resource; a resource none of whose IDs is kept is left out."""
     merged: dict[str, list[str]] = {}
+    unmatched = UnmatchedTally()
     for entry in devices:
-        merged.setdefault(entry.resource_name, []).extend(entry.device_ids)
-    return tuple(AllocatableDevices(r, tuple(ids)) for r, ids in sorted(merged.items()))
+        kept: Sequence[str] = entry.device_ids
+        if select is not None:
+            kept, dropped = select(entry.resource_name, entry.device_ids)
+            unmatched.add(dropped)
+        if kept:
+            merged.setdefault(entry.resource_name, []).extend(kept)
+    return AllocatableResult(tuple(AllocatableDevices(r, tuple(ids))
+                                   for r, ids in sorted(merged.items())), unmatched.result())
 
 
 Wire = bytes | bytearray | mmap.mmap
@@ -184,15 +201,16 @@ def pods_to_parse(wire: Wire, starts: Sequence[int], ends: Sequence[int],
     return chosen
 
 
-def decode_list(wire: Wire, api: str, keep: Keep | None = None,
+def decode_list(wire: Wire, api: str, select: Select | None = None,
                 may_keep: MayKeep | None = None,
                 slice_seconds: float = GIL_SLICE_SECONDS,
                 pause_seconds: float = GIL_PAUSE_SECONDS,
                 scan_bytes: int = SCAN_BYTES) -> ListResult:
-    """A `List` answer's bytes → the assignments `keep` accepts (all without it), the claims
-    (v1) and the pods holding either; meant for a thread. With `may_keep`, only the pods it
-    or `CLAIM_ON_WIRE` (v1) finds are parsed: parsing every pod and going through every device
-    ID in Python was nine tenths of a 50 MB answer's parse (issue 13, defect 2)."""
+    """A `List` answer's bytes → the device IDs `select` keeps (all without it) as assignments,
+    the claims (v1) and the pods holding either, and the IDs `select` counted; meant for a
+    thread. With `may_keep`, only the pods it or `CLAIM_ON_WIRE` (v1) finds are parsed:
+    parsing every pod and going through every device ID in Python was nine tenths of a 50 MB
+    answer's parse (issue 13, defect 2)."""
     parse: Callable[[memoryview], Any] = (
         v1_pb2.PodResources.FromString if api == "v1" else v1alpha1_pb2.PodResources.FromString)
     maybe_pause = gil_pacer(slice_seconds, pause_seconds)
@@ -204,14 +222,16 @@ def decode_list(wire: Wire, api: str, keep: Keep | None = None,
     assignments: list[PodAssignment] = []
     claims: list[ClaimAllocation] = []
     pods: set[tuple[str, str]] = set()
+    unmatched = UnmatchedTally()
     with memoryview(wire) as view:  # released on the way out: the caller unmaps `wire`
         for index in chosen:
             pod = parse(view[starts[index]:ends[index]])
-            held = parse_pod_resources((pod,), keep)
+            held = parse_pod_resources((pod,), select, unmatched)
             claimed = parse_claims((pod,)) if api == "v1" else ()
             if held or claimed:
                 assignments.extend(held)
                 claims.extend(claimed)
                 pods.add((pod.namespace, pod.name))
             maybe_pause()
-    return ListResult(tuple(assignments), api, tuple(claims), frozenset(pods))
+    return ListResult(tuple(assignments), api, tuple(claims), frozenset(pods),
+                      unmatched=unmatched.result())

@@ -1,0 +1,164 @@
+"""bench/kubelet.py's `unmatched` section (issue 26, item 1): a ~50 MB `List` answer whose
+250,000 device IDs are all in GPU form (`GPU-…`, resource `nvidia.com/gpu`) but name no GPU of
+this node, beside the dense MIG node's 110 pods.
+
+Per round, interleaved, each variant an exporter of its own at `-c --unmatched-interval` (2000,
+as in the issue): `110 pods` (the baseline), the unmatched answer at the default
+--kubelet-list-cpu-budget, and the unmatched answer with the budget off (a List every pass).
+Each: /metrics under wrk (plain, `--unmatched-duration` s, after `--warmup`), p99; VmRSS after
+the first List and after the tenth (budget off and baseline only: at the default budget the
+tenth List is minutes away). Reported: medians over `--unmatched-rounds`, the per-round p99
+ratios to the baseline (target <= 1.2) and RSS after 10 Lists minus after 1 (target <= 60 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from _common import Server, median, proc_status_kib
+from fake_kubelet_proc import ChurningKubelet
+from fake_kubelet_proc import Node as KubeletNode
+from kubelet import KubeletProc, Node, counters, metrics_text
+from scrape import WrkResult, parse_wrk, ratio, run_wrk
+
+from gpu_enricher.model import PodAssignment
+
+TARGET_P99_RATIO = 1.2
+TARGET_RSS_GROWTH_MB = 60.0
+IDS_PER_CONTAINER = 10
+
+
+def unmatched_pods(ids: int) -> list[PodAssignment]:
+    """Pods of two containers, each holding ten ~200-byte `nvidia.com/gpu` IDs in GPU form
+    that name no GPU of the node (a broken device plugin's replicas): 250,000 IDs answer
+    ~50 MB."""
+    pad = "f" * 150
+    pods = ids // (2 * IDS_PER_CONTAINER)
+    return [PodAssignment(f"batch-{n % 50}", f"replica-job-{n:06d}", container, "nvidia.com/gpu",
+                          tuple(f"GPU-{n:08x}-{c:04x}-{d:04x}-8f33-1343419b1a1c-{pad}::{d}"
+                                for d in range(IDS_PER_CONTAINER)))
+            for n in range(pods) for c, container in enumerate(("worker", "sidecar"))]
+
+
+async def serve_unmatched(socket_path: Path, ids: int) -> None:
+    """The dense MIG node of fake_kubelet_proc.py plus `ids` unmatched device IDs."""
+    kubelet = ChurningKubelet(socket_path, KubeletNode(), 0)
+    kubelet.set_assignments([*kubelet.node.assignments(), *unmatched_pods(ids)])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await kubelet.start()
+    print(f"ready {socket_path} pods={kubelet.node.pods} bytes={kubelet.list_answer_bytes}",
+          flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await kubelet.stop(grace=0.5)
+    print(json.dumps({"list_calls": kubelet.calls["v1.List"], "calls": dict(kubelet.calls)}),
+          flush=True)
+
+
+def _lists(server: Server) -> int:
+    return counters(metrics_text(server)[0]).get("kubelet", 0)
+
+
+def _wait_lists(server: Server, count: int, timeout: float) -> float:
+    """Wait for the exporter's `count`-th kubelet List; its VmRSS then, in MB (10^6 B)."""
+    deadline = time.monotonic() + timeout
+    while _lists(server) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {count} kubelet Lists within {timeout:g} s")
+        time.sleep(0.05)
+    return proc_status_kib(server.pid, "VmRSS") * 1024 / 1e6
+
+
+Run = tuple[WrkResult, float, float | None, int]  # wrk, RSS after 1 List, after 10, Lists
+
+
+def section_unmatched(node: Node, args: argparse.Namespace) -> str:
+    small = "110 pods"
+    large = f"+{args.unmatched_ids:,} unmatched IDs"
+    kubelets: dict[str, KubeletProc] = {
+        small: KubeletProc(node.socket(), 0, node.side_cpus, 0),
+        large: KubeletProc(node.socket(), 0, node.side_cpus, serve=(
+            "--serve-unmatched", "--unmatched-ids", str(args.unmatched_ids)))}
+    no_budget = f"{large}, no CPU budget"
+    variants = {small: (small, ["--kubelet-list-cpu-budget", "0"], True),
+                large: (large, [], False),
+                no_budget: (large, ["--kubelet-list-cpu-budget", "0"], True)}
+    wrk_args = argparse.Namespace(threads=args.threads, connections=args.connections)
+    runs: dict[str, list[Run]] = {name: [] for name in variants}
+    started = time.monotonic()
+    try:
+        for kubelet in kubelets.values():
+            kubelet.start(timeout=180)
+        for rnd in range(1, args.unmatched_rounds + 1):
+            for name, (answer, more, tenth) in variants.items():
+                server = node.exporter(name, args.unmatched_interval,
+                                       kubelets[answer].socket_path, more)
+                server.start()
+                try:
+                    server.wait_status("/ready")
+                    rss1 = _wait_lists(server, 1, 60)
+                    url = server.base + "/metrics"
+                    if args.warmup > 0:
+                        run_wrk(url, wrk_args, args.warmup, False, node.side_cpus)
+                    out = run_wrk(url, wrk_args, args.unmatched_duration, False, node.side_cpus)
+                    rss10 = _wait_lists(server, 10, 120) if tenth else None
+                    lists = _lists(server)
+                finally:
+                    server.stop()
+                result = parse_wrk(out, name, "plain", rnd)
+                runs[name].append((result, rss1, rss10, lists))
+                print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {name:40} "
+                      f"p99 {result.p99_ms:7.2f} ms, {result.rps:8,.0f} req/s, RSS after 1 List "
+                      f"{rss1:.1f} MB, after 10 {rss10 or float('nan'):.1f} MB, {lists} Lists",
+                      file=sys.stderr)
+    finally:
+        for kubelet in kubelets.values():
+            kubelet.stop()
+    return report(runs, kubelets, args)
+
+
+def report(runs: dict[str, list[Run]], kubelets: dict[str, KubeletProc],
+           args: argparse.Namespace) -> str:
+    names = list(runs)
+    out = [f"### {names[1]} in GPU form naming no GPU here ({kubelets[names[1]].answer_bytes:,} "
+           f"B answer; 110 pods: {kubelets[names[0]].answer_bytes:,} B): wrk -t{args.threads} "
+           f"-c{args.connections} -d{args.unmatched_duration}s plain, exporter -c "
+           f"{args.unmatched_interval}, {args.unmatched_rounds} interleaved rounds, medians "
+           "(min..max)", "",
+           "| answer | req/s | p50 ms | p99 ms | p99 / 110 pods | RSS MB after 1 List "
+           "| after 10 | growth MB | Lists |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    base = runs[names[0]]
+    verdicts = []
+    for name, rs in runs.items():
+        p99 = [r.p99_ms for r, *_ in rs]
+        ratios = [ratio(r[0].p99_ms, b[0].p99_ms) for r, b in zip(rs, base, strict=True)]
+        tenth = [r[2] for r in rs if r[2] is not None]
+        growth = [r[2] - r[1] for r in rs if r[2] is not None]
+        grown = (f"{median(growth):+.1f} ({min(growth):+.1f}..{max(growth):+.1f})"
+                 if growth else "-")
+        out.append(f"| {name} | {median([r.rps for r, *_ in rs]):,.0f} "
+                   f"| {median([r.p50_ms for r, *_ in rs]):.2f} "
+                   f"| {median(p99):.2f} ({min(p99):.2f}..{max(p99):.2f}) "
+                   f"| {median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) "
+                   f"| {median([r[1] for r in rs]):.1f} "
+                   f"| {f'{median(tenth):.1f}' if tenth else '-'} | {grown} "
+                   f"| {median([r[3] for r in rs]):.0f} |")
+        if name == names[0]:
+            continue
+        met = "met" if median(ratios) <= TARGET_P99_RATIO else "MISSED"
+        line = f"- {name}: p99 / 110 pods {median(ratios):.2f} (target <= 1.2: {met})"
+        if growth:
+            met = "met" if median(growth) <= TARGET_RSS_GROWTH_MB else "MISSED"
+            line += f"; RSS after 10 Lists - after 1: {median(growth):+.1f} MB (<= 60: {met})"
+        verdicts.append(line)
+    return "\n".join([*out, "", *verdicts])
