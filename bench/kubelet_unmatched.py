@@ -18,13 +18,14 @@ import asyncio
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
-from _common import Server, median, proc_status_kib
+from _common import Server, http_get, median, proc_status_kib
 from fake_kubelet_proc import ChurningKubelet
 from fake_kubelet_proc import Node as KubeletNode
-from kubelet import KubeletProc, Node, counters, metrics_text
+from kubelet import _LIST_CPU, KubeletProc, Node, counters
 from scrape import WrkResult, parse_wrk, ratio, run_wrk
 
 from gpu_enricher.model import PodAssignment
@@ -65,8 +66,24 @@ async def serve_unmatched(socket_path: Path, ids: int) -> None:
           flush=True)
 
 
+def _metrics(server: Server) -> str:
+    """/metrics, however long it takes: before issue 26 this answer stalled it for seconds."""
+    status, _, body = http_get(server.base + "/metrics", timeout=120)
+    assert status == 200, status
+    return body.decode()
+
+
+def _drain(server: Server) -> None:
+    """Read the exporter's stderr away: before issue 26 it logged one line per unmatched ID
+    (1,000 of them), more than a pipe holds, and blocked on the write."""
+    assert server.proc is not None and server.proc.stderr is not None
+    stream = server.proc.stderr
+    threading.Thread(target=lambda: [None for _ in iter(lambda: stream.read(65536), b"")],
+                     daemon=True).start()
+
+
 def _lists(server: Server) -> int:
-    return counters(metrics_text(server)[0]).get("kubelet", 0)
+    return counters(_metrics(server)).get("kubelet", 0)
 
 
 def _wait_lists(server: Server, count: int, timeout: float) -> float:
@@ -79,7 +96,8 @@ def _wait_lists(server: Server, count: int, timeout: float) -> float:
     return proc_status_kib(server.pid, "VmRSS") * 1024 / 1e6
 
 
-Run = tuple[WrkResult, float, float | None, int]  # wrk, RSS after 1 List, after 10, Lists
+Run = tuple[WrkResult, float, float | None, int, float]
+"""wrk, RSS after 1 List, after 10, Lists, the last List's CPU (s, the client's thread)."""
 
 
 def section_unmatched(node: Node, args: argparse.Namespace) -> str:
@@ -104,6 +122,7 @@ def section_unmatched(node: Node, args: argparse.Namespace) -> str:
                 server = node.exporter(name, args.unmatched_interval,
                                        kubelets[answer].socket_path, more)
                 server.start()
+                _drain(server)
                 try:
                     server.wait_status("/ready")
                     rss1 = _wait_lists(server, 1, 60)
@@ -111,15 +130,19 @@ def section_unmatched(node: Node, args: argparse.Namespace) -> str:
                     if args.warmup > 0:
                         run_wrk(url, wrk_args, args.warmup, False, node.side_cpus)
                     out = run_wrk(url, wrk_args, args.unmatched_duration, False, node.side_cpus)
-                    rss10 = _wait_lists(server, 10, 120) if tenth else None
-                    lists = _lists(server)
+                    rss10 = _wait_lists(server, 10, 300) if tenth else None
+                    text = _metrics(server)
+                    lists = counters(text).get("kubelet", 0)
+                    cpu = _LIST_CPU.search(text)
+                    list_cpu = float(cpu[1]) if cpu else float("nan")
                 finally:
                     server.stop()
                 result = parse_wrk(out, name, "plain", rnd)
-                runs[name].append((result, rss1, rss10, lists))
+                runs[name].append((result, rss1, rss10, lists, list_cpu))
                 print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {name:40} "
                       f"p99 {result.p99_ms:7.2f} ms, {result.rps:8,.0f} req/s, RSS after 1 List "
-                      f"{rss1:.1f} MB, after 10 {rss10 or float('nan'):.1f} MB, {lists} Lists",
+                      f"{rss1:.1f} MB, after 10 {rss10 or float('nan'):.1f} MB, {lists} Lists of "
+                      f"{list_cpu:.3f} s CPU, wrk errors: {result.errors or '-'}",
                       file=sys.stderr)
     finally:
         for kubelet in kubelets.values():
@@ -136,7 +159,8 @@ def report(runs: dict[str, list[Run]], kubelets: dict[str, KubeletProc],
            f"{args.unmatched_interval}, {args.unmatched_rounds} interleaved rounds, medians "
            "(min..max)", "",
            "| answer | req/s | p50 ms | p99 ms | p99 / 110 pods | RSS MB after 1 List "
-           "| after 10 | growth MB | Lists |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| after 10 | growth MB | Lists | List CPU s | wrk errors |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     base = runs[names[0]]
     verdicts = []
     for name, rs in runs.items():
@@ -152,7 +176,8 @@ def report(runs: dict[str, list[Run]], kubelets: dict[str, KubeletProc],
                    f"| {median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) "
                    f"| {median([r[1] for r in rs]):.1f} "
                    f"| {f'{median(tenth):.1f}' if tenth else '-'} | {grown} "
-                   f"| {median([r[3] for r in rs]):.0f} |")
+                   f"| {median([r[3] for r in rs]):.0f} | {median([r[4] for r in rs]):.3f} "
+                   f"| {'; '.join(sorted({r.errors for r, *_ in rs if r.errors})) or '-'} |")
         if name == names[0]:
             continue
         met = "met" if median(ratios) <= TARGET_P99_RATIO else "MISSED"
