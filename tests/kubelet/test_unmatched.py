@@ -20,6 +20,7 @@ from tests.kubelet.test_kubelet import SIM, SIM_UUIDS, Clock, make_collector, no
 from tests.kubelet.test_kubelet import collectors as collectors  # the fixture
 from tests.kubelet.test_kubelet import kubelet as kubelet  # the fixture
 from tests.kubelet.test_kubelet import socket_dir as socket_dir  # the fixture
+from tests.kubelet.test_large import MIB, Lateness
 from tests.samples import samples, value
 
 SIM_NODE = SimulatedBackend(SIM).sample(frozenset())
@@ -168,3 +169,23 @@ async def test_the_exporter_never_joins_a_pathological_answers_ids(
     assert kept and not any(a.namespace == "elsewhere" for a in kept)
     assert len([r for r in caplog.records if "name no GPU" in r.getMessage()]) == 1
     assert not [r for r in caplog.records if "matches no GPU" in r.getMessage()]
+
+
+async def test_the_50_mb_answer_of_issue_26_keeps_only_the_nodes_holders(
+        kubelet: FakeKubelet, source: KubeletSource) -> None:
+    """The issue's answer itself: ~50 MB, 250,000 ~200-byte `nvidia.com/gpu` IDs naming no GPU
+    here. Parsed and matched on the client's thread: the loop stays free (the longest stall,
+    with generous slack for a loaded machine), and what is kept is the node's."""
+    pad = "f" * 150
+    kubelet.set_assignments([*REAL, *(
+        PodAssignment("elsewhere", f"replica-job-{n:06d}", container, GPU, tuple(
+            f"GPU-{n:08x}-{c:04x}-{d:04x}-8f33-1343419b1a1c-{pad}::{d}" for d in range(10)))
+        for n in range(12_500) for c, container in enumerate(("worker", "sidecar")))])
+    assert kubelet.list_answer_bytes > 48 * MIB
+    async with Lateness() as lateness:
+        await source.refresh(SIM_NODE)
+    assert lateness.worst < 0.1, lateness.worst
+    snapshot = source.snapshot()
+    assert snapshot.up and snapshot.assignments == tuple(REAL)
+    assert source.unmatched.count == 250_000
+    assert family_samples(source, UNMATCHED)["List"] == 250_000

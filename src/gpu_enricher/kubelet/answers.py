@@ -67,7 +67,6 @@ def parse_pod_resources(pods: Iterable[Any], select: Select | None = None,
     for pod in pods:
         for container in pod.containers:
             for devices in container.devices:
-                # A tuple only for what is kept: most of a large answer is not.
                 if select is None:
                     kept: tuple[str, ...] = tuple(devices.device_ids)
                 else:
