@@ -11,6 +11,7 @@ import pytest
 from gpu_enricher.attribution.devices import held_here, node_index, parse_device_id
 from gpu_enricher.collector.loop import Collector
 from gpu_enricher.kubelet.client import PodResourcesClient
+from gpu_enricher.kubelet.selection import held_on
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
 from gpu_enricher.model import AllocatableDevices, PodAssignment
 from gpu_enricher.sim.backend import SimulatedBackend
@@ -189,3 +190,22 @@ async def test_the_50_mb_answer_of_issue_26_keeps_only_the_nodes_holders(
     assert snapshot.up and snapshot.assignments == tuple(REAL)
     assert source.unmatched.count == 250_000
     assert family_samples(source, UNMATCHED)["List"] == 250_000
+
+
+async def test_a_50_mb_allocatable_answer_is_matched_off_the_loop(
+        kubelet: FakeKubelet, source: KubeletSource) -> None:
+    """The same broken device plugin advertises its 250,000 replicas to
+    GetAllocatableResources: a kubelet answers one entry per device, the fake one per resource;
+    both are matched a slice at a time, the loop free, the node's devices alone kept."""
+    pad = "f" * 150
+    ids = [f"GPU-{n:08x}-0000-0000-8f33-1343419b1a1c-{pad}::{n % 7}" for n in range(250_000)]
+    kubelet.set_allocatable([*SIM.allocatable(), *(AllocatableDevices(GPU, (d,))
+                                                   for d in ids[:125_000]),
+                             AllocatableDevices("nvidia.com/gpu.shared", tuple(ids[125_000:]))])
+    select = held_on(node_index(SIM_NODE.gpus), frozenset({"nvidia.com/gpu.shared"}))
+    async with Lateness() as lateness:
+        offered = await source.client.allocatable(select)
+    assert lateness.worst < 0.1, lateness.worst
+    assert offered is not None and offered.unmatched.count == 250_000
+    assert offered.unmatched.sample == tuple(ids[:5])
+    assert offered.devices == tuple(sorted(SIM.allocatable(), key=lambda d: d.resource))

@@ -55,10 +55,28 @@ fields in number order, so that is field 1 (`class_name`, from kubelets up to 1.
 SCAN_BYTES: Final = 64 << 10
 """Bytes of whole pods searched per `pods_to_parse` step (~0.1 ms per pattern) before the
 thread gives the GIL away."""
+SELECT_IDS: Final = 256
+"""Device IDs matched per `Select` call (~0.3 ms) before the thread may give the GIL away: a
+container or an allocatable entry can list 250,000 of them (issue 26)."""
+
+
+def _select(select: Select, resource: str, device_ids: Sequence[str],
+            unmatched: UnmatchedTally | None, maybe_pause: Callable[[], None]) -> tuple[str, ...]:
+    """The IDs `select` keeps, a slice of `SELECT_IDS` at a time, those it counts tallied."""
+    kept: list[str] = []
+    for at in range(0, len(device_ids), SELECT_IDS):
+        part, dropped = select(resource, device_ids[at:at + SELECT_IDS])
+        kept.extend(part)
+        if dropped and unmatched is not None:
+            unmatched.add(dropped)
+        maybe_pause()
+    return tuple(kept)
 
 
 def parse_pod_resources(pods: Iterable[Any], select: Select | None = None,
-                        unmatched: UnmatchedTally | None = None) -> tuple[PodAssignment, ...]:
+                        unmatched: UnmatchedTally | None = None,
+                        maybe_pause: Callable[[], None] = lambda: None,
+                        ) -> tuple[PodAssignment, ...]:
     """`PodResources` messages (v1 or v1alpha1) → one assignment per container and resource,
     of the IDs `select` keeps (all without it; those it counts go to `unmatched`). The kubelet
     also lists containers that hold no device: they give no assignment, nor does a resource
@@ -67,12 +85,8 @@ def parse_pod_resources(pods: Iterable[Any], select: Select | None = None,
     for pod in pods:
         for container in pod.containers:
             for devices in container.devices:
-                if select is None:
-                    kept: tuple[str, ...] = tuple(devices.device_ids)
-                else:
-                    kept, dropped = select(devices.resource_name, devices.device_ids)
-                    if dropped and unmatched is not None:
-                        unmatched.add(dropped)
+                kept = tuple(devices.device_ids) if select is None else _select(
+                    select, devices.resource_name, devices.device_ids, unmatched, maybe_pause)
                 if kept:
                     result.append(PodAssignment(pod.namespace, pod.name, container.name,
                                                 devices.resource_name, kept))
@@ -93,23 +107,6 @@ def parse_claims(pods: Iterable[v1_pb2.PodResources]) -> tuple[ClaimAllocation, 
         for claim in container.dynamic_resources
         for device in claim.claim_resources
     )
-
-
-def parse_allocatable(devices: Iterable[Any], select: Select | None = None,
-                      ) -> AllocatableResult:
-    """`ContainerDevices` of a `GetAllocatableResources` answer → the IDs `select` keeps (all
-    without it) per resource; a resource none of whose IDs is kept is left out."""
-    merged: dict[str, list[str]] = {}
-    unmatched = UnmatchedTally()
-    for entry in devices:
-        kept: Sequence[str] = entry.device_ids
-        if select is not None:
-            kept, dropped = select(entry.resource_name, entry.device_ids)
-            unmatched.add(dropped)
-        if kept:
-            merged.setdefault(entry.resource_name, []).extend(kept)
-    return AllocatableResult(tuple(AllocatableDevices(r, tuple(ids))
-                                   for r, ids in sorted(merged.items())), unmatched.result())
 
 
 Wire = bytes | bytearray | mmap.mmap
@@ -134,8 +131,9 @@ def _varint(wire: Wire, pos: int) -> tuple[int, int]:
 def pod_spans(wire: Wire, maybe_pause: Callable[[], None] = lambda: None,
               ) -> tuple[list[int], list[int]]:
     """Where each encoded `PodResources` of a `ListPodResourcesResponse` (field 1, v1 and
-    v1alpha1 alike) starts and ends, each to be parsed alone: no single parse holds the GIL for
-    long. Other fields are skipped as a parser would."""
+    v1alpha1 alike; an `AllocatableResourcesResponse`'s `ContainerDevices` are its field 1
+    too) starts and ends, each to be parsed alone: no single parse holds the GIL for long.
+    Other fields are skipped as a parser would."""
     starts: list[int] = []
     ends: list[int] = []
     pos, end = 0, len(wire)
@@ -225,7 +223,7 @@ def decode_list(wire: Wire, api: str, select: Select | None = None,
     with memoryview(wire) as view:  # released on the way out: the caller unmaps `wire`
         for index in chosen:
             pod = parse(view[starts[index]:ends[index]])
-            held = parse_pod_resources((pod,), select, unmatched)
+            held = parse_pod_resources((pod,), select, unmatched, maybe_pause)
             claimed = parse_claims((pod,)) if api == "v1" else ()
             if held or claimed:
                 assignments.extend(held)
@@ -234,3 +232,27 @@ def decode_list(wire: Wire, api: str, select: Select | None = None,
             maybe_pause()
     return ListResult(tuple(assignments), api, tuple(claims), frozenset(pods),
                       unmatched=unmatched.result())
+
+
+def decode_allocatable(wire: Wire, select: Select | None = None,
+                       slice_seconds: float = GIL_SLICE_SECONDS,
+                       pause_seconds: float = GIL_PAUSE_SECONDS) -> AllocatableResult:
+    """A `GetAllocatableResources` answer's bytes → the IDs `select` keeps (all without it) per
+    resource, a resource none of whose IDs is kept left out; meant for a thread. Its
+    `ContainerDevices` (field 1, one per device from a kubelet) are parsed one at a time, with
+    the GIL given back between: a device plugin advertising 250,000 replicas answers ~50 MB
+    here too (issue 26)."""
+    maybe_pause = gil_pacer(slice_seconds, pause_seconds)
+    merged: dict[str, list[str]] = {}
+    unmatched = UnmatchedTally()
+    starts, ends = pod_spans(wire, maybe_pause)
+    with memoryview(wire) as view:  # released on the way out: the caller unmaps `wire`
+        for start, end in zip(starts, ends, strict=True):
+            entry = v1_pb2.ContainerDevices.FromString(view[start:end])
+            kept = tuple(entry.device_ids) if select is None else _select(
+                select, entry.resource_name, entry.device_ids, unmatched, maybe_pause)
+            if kept:
+                merged.setdefault(entry.resource_name, []).extend(kept)
+            maybe_pause()
+    return AllocatableResult(tuple(AllocatableDevices(r, tuple(ids))
+                                   for r, ids in sorted(merged.items())), unmatched.result())

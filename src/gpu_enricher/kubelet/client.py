@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Final
 
 from ..worker import BlockingWorker
-from ._generated.podresources.v1 import api_pb2 as v1_pb2
-from .answers import AllocatableResult, DecodeError, ListResult, decode_list, parse_allocatable
+from .answers import AllocatableResult, DecodeError, ListResult, decode_allocatable, decode_list
 from .selection import MayKeep, Select
 from .wire import SOCKET_ERROR, SOCKET_MISSING, KubeletError, Message, UnaryChannel, release
 
@@ -105,14 +104,12 @@ class PodResourcesClient:
                 return None
             raise
         try:
-            with memoryview(wire) as view:
-                response = v1_pb2.AllocatableResourcesResponse.FromString(view)
+            return decode_allocatable(wire, select)
         except DecodeError as exc:
             raise KubeletError("INTERNAL", "INTERNAL: the GetAllocatableResources answer does "
                                f"not parse: {exc}") from None
         finally:
             release(wire)
-        return parse_allocatable(response.devices, select)
 
     # --- on the event loop -----------------------------------------------------------------
 
