@@ -1,14 +1,17 @@
 """bench/kubelet.py's `unmatched` section (issue 26, item 1): a ~50 MB `List` answer whose
 250,000 device IDs are all in GPU form (`GPU-…`, resource `nvidia.com/gpu`) but name no GPU of
-this node, beside the dense MIG node's 110 pods.
+this node, beside the dense MIG node's 110 pods; `GetAllocatableResources` lists them too (the
+device plugin advertises them), one entry per device.
 
 Per round, interleaved, each variant an exporter of its own at `-c --unmatched-interval` (2000,
 as in the issue): `110 pods` (the baseline), the unmatched answer at the default
 --kubelet-list-cpu-budget, and the unmatched answer with the budget off (a List every pass).
 Each: /metrics under wrk (plain, `--unmatched-duration` s, after `--warmup`), p99; VmRSS after
 the first List and after the tenth (budget off and baseline only: at the default budget the
-tenth List is minutes away). Reported: medians over `--unmatched-rounds`, the per-round p99
-ratios to the baseline (target <= 1.2) and RSS after 10 Lists minus after 1 (target <= 60 MB).
+tenth List is minutes away), each the least of 3 s of samples every 50 ms: what is kept between
+calls, not an answer being received (the most sampled is the peak). Reported: medians over
+`--unmatched-rounds`, the per-round p99 ratios to the baseline (target <= 1.2) and RSS after 10
+Lists minus after 1 (target <= 60 MB).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from fake_kubelet_proc import Node as KubeletNode
 from kubelet import _LIST_CPU, KubeletProc, Node, counters
 from scrape import WrkResult, parse_wrk, ratio, run_wrk
 
-from gpu_enricher.model import PodAssignment
+from gpu_enricher.model import AllocatableDevices, PodAssignment
 
 TARGET_P99_RATIO = 1.2
 TARGET_RSS_GROWTH_MB = 60.0
@@ -48,9 +51,14 @@ def unmatched_pods(ids: int) -> list[PodAssignment]:
 
 
 async def serve_unmatched(socket_path: Path, ids: int) -> None:
-    """The dense MIG node of fake_kubelet_proc.py plus `ids` unmatched device IDs."""
+    """The dense MIG node of fake_kubelet_proc.py plus `ids` unmatched device IDs, held by pods
+    in `List` and, as a device plugin advertises them, in `GetAllocatableResources` (one entry
+    per device, as a kubelet answers)."""
     kubelet = ChurningKubelet(socket_path, KubeletNode(), 0)
-    kubelet.set_assignments([*kubelet.node.assignments(), *unmatched_pods(ids)])
+    pods = unmatched_pods(ids)
+    kubelet.set_assignments([*kubelet.node.assignments(), *pods])
+    kubelet.set_allocatable([*kubelet.node.allocatable(), *(
+        AllocatableDevices(p.resource, (d,)) for p in pods for d in p.device_ids)])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,18 +94,25 @@ def _lists(server: Server) -> int:
     return counters(_metrics(server)).get("kubelet", 0)
 
 
-def _wait_lists(server: Server, count: int, timeout: float) -> float:
-    """Wait for the exporter's `count`-th kubelet List; its VmRSS then, in MB (10^6 B)."""
+def _wait_lists(server: Server, count: int, timeout: float) -> tuple[float, float]:
+    """Wait for the exporter's `count`-th kubelet List; then its VmRSS in MB (10^6 B), the least
+    and the most of 3 s of samples: a List or GetAllocatableResources answer in progress holds
+    its ~50 MB message meanwhile (and the call after the first List is the allocatable one)."""
     deadline = time.monotonic() + timeout
     while _lists(server) < count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"no {count} kubelet Lists within {timeout:g} s")
         time.sleep(0.05)
-    return proc_status_kib(server.pid, "VmRSS") * 1024 / 1e6
+    samples = []
+    for _ in range(60):
+        samples.append(proc_status_kib(server.pid, "VmRSS") * 1024 / 1e6)
+        time.sleep(0.05)
+    return min(samples), max(samples)
 
 
-Run = tuple[WrkResult, float, float | None, int, float]
-"""wrk, RSS after 1 List, after 10, Lists, the last List's CPU (s, the client's thread)."""
+Run = tuple[WrkResult, float, float | None, int, float, float]
+"""wrk, RSS after 1 List, after 10, Lists, the last List's CPU (s, the client's thread), the
+peak RSS sampled."""
 
 
 def section_unmatched(node: Node, args: argparse.Namespace) -> str:
@@ -125,12 +140,15 @@ def section_unmatched(node: Node, args: argparse.Namespace) -> str:
                 _drain(server)
                 try:
                     server.wait_status("/ready")
-                    rss1 = _wait_lists(server, 1, 60)
+                    rss1, peak = _wait_lists(server, 1, 60)
                     url = server.base + "/metrics"
                     if args.warmup > 0:
                         run_wrk(url, wrk_args, args.warmup, False, node.side_cpus)
                     out = run_wrk(url, wrk_args, args.unmatched_duration, False, node.side_cpus)
-                    rss10 = _wait_lists(server, 10, 300) if tenth else None
+                    rss10 = None
+                    if tenth:
+                        rss10, peak10 = _wait_lists(server, 10, 300)
+                        peak = max(peak, peak10)
                     text = _metrics(server)
                     lists = counters(text).get("kubelet", 0)
                     cpu = _LIST_CPU.search(text)
@@ -138,10 +156,11 @@ def section_unmatched(node: Node, args: argparse.Namespace) -> str:
                 finally:
                     server.stop()
                 result = parse_wrk(out, name, "plain", rnd)
-                runs[name].append((result, rss1, rss10, lists, list_cpu))
+                runs[name].append((result, rss1, rss10, lists, list_cpu, peak))
                 print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {name:40} "
                       f"p99 {result.p99_ms:7.2f} ms, {result.rps:8,.0f} req/s, RSS after 1 List "
-                      f"{rss1:.1f} MB, after 10 {rss10 or float('nan'):.1f} MB, {lists} Lists of "
+                      f"{rss1:.1f} MB, after 10 {rss10 or float('nan'):.1f} MB, peak "
+                      f"{peak:.1f} MB, {lists} Lists of "
                       f"{list_cpu:.3f} s CPU, wrk errors: {result.errors or '-'}",
                       file=sys.stderr)
     finally:
@@ -159,8 +178,8 @@ def report(runs: dict[str, list[Run]], kubelets: dict[str, KubeletProc],
            f"{args.unmatched_interval}, {args.unmatched_rounds} interleaved rounds, medians "
            "(min..max)", "",
            "| answer | req/s | p50 ms | p99 ms | p99 / 110 pods | RSS MB after 1 List "
-           "| after 10 | growth MB | Lists | List CPU s | wrk errors |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "| after 10 | growth MB | peak MB | Lists | List CPU s | wrk errors |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     base = runs[names[0]]
     verdicts = []
     for name, rs in runs.items():
@@ -176,7 +195,8 @@ def report(runs: dict[str, list[Run]], kubelets: dict[str, KubeletProc],
                    f"| {median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) "
                    f"| {median([r[1] for r in rs]):.1f} "
                    f"| {f'{median(tenth):.1f}' if tenth else '-'} | {grown} "
-                   f"| {median([r[3] for r in rs]):.0f} | {median([r[4] for r in rs]):.3f} "
+                   f"| {median([r[5] for r in rs]):.1f} | {median([r[3] for r in rs]):.0f} "
+                   f"| {median([r[4] for r in rs]):.3f} "
                    f"| {'; '.join(sorted({r.errors for r, *_ in rs if r.errors})) or '-'} |")
         if name == names[0]:
             continue
