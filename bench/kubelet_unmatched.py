@@ -90,16 +90,16 @@ def _drain(server: Server) -> None:
                      daemon=True).start()
 
 
-def _lists(server: Server) -> int:
-    return counters(_metrics(server)).get("kubelet", 0)
-
-
 def _wait_lists(server: Server, count: int, timeout: float) -> tuple[float, float]:
-    """Wait for the exporter's `count`-th kubelet List; then its VmRSS in MB (10^6 B), the least
-    and the most of 3 s of samples: a List or GetAllocatableResources answer in progress holds
-    its ~50 MB message meanwhile (and the call after the first List is the allocatable one)."""
+    """Wait for the exporter's `count`-th kubelet List and its allocatable devices (asked after
+    the first List); then its VmRSS in MB (10^6 B), the least and the most of 3 s of samples: a
+    List answer in progress holds its ~50 MB message meanwhile."""
     deadline = time.monotonic() + timeout
-    while _lists(server) < count:
+    while True:  # the first List is followed by the first GetAllocatableResources: that too
+        text = _metrics(server)
+        if counters(text).get("kubelet", 0) >= count and \
+                "gpu_enricher_kubelet_allocatable_devices{" in text:
+            break
         if time.monotonic() > deadline:
             raise RuntimeError(f"no {count} kubelet Lists within {timeout:g} s")
         time.sleep(0.05)
