@@ -3,6 +3,7 @@ thread, counted and logged once, never carried to the join; what is kept between
 node's, whatever the answer's size. A real grpc.aio fake kubelet on a real unix socket, the real
 client and source, the collector on the simulated node."""
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -209,3 +210,33 @@ async def test_a_50_mb_allocatable_answer_is_matched_off_the_loop(
     assert offered is not None and offered.unmatched.count == 250_000
     assert offered.unmatched.sample == tuple(ids[:5])
     assert offered.devices == tuple(sorted(SIM.allocatable(), key=lambda d: d.resource))
+
+
+async def test_an_allocatable_answer_a_pass_gave_up_on_is_collected_by_the_next(
+        kubelet: FakeKubelet) -> None:
+    """A ~50 MB allocatable answer (a plugin advertising 250,000 replicas) outlasts a pass's
+    deadline: the next pass, even one the CPU budget defers the List of, collects it rather
+    than asking again (and never getting it in time)."""
+    clock = Clock()
+    pad = "f" * 150
+    kubelet.set_allocatable([*SIM.allocatable(), *(
+        AllocatableDevices(GPU, (f"GPU-{n:08x}-0000-0000-8f33-1343419b1a1c-{pad}::1",))
+        for n in range(250_000))])  # and no pods: the List is quick
+    source = KubeletSource(PodResourcesClient(kubelet.socket_path, 20.0),
+                           KubeletOptions(max_age_seconds=600, list_cpu_budget=1e-9),
+                           clock=clock)
+    try:
+        with pytest.raises(TimeoutError):  # the pass's deadline, in the allocatable call
+            async with asyncio.timeout(0.5):
+                await source.refresh(SIM_NODE)
+        assert source.collections == 1 and source.snapshot().allocatable is None
+        clock.now += 1
+        await source.refresh(SIM_NODE)  # the List deferred; the allocatable collected
+        assert source.deferred == 1
+        assert source.snapshot().allocatable == tuple(sorted(SIM.allocatable(),
+                                                             key=lambda d: d.resource))
+        assert source.allocatable_unmatched is not None
+        assert source.allocatable_unmatched.count == 250_000
+        assert kubelet.calls["v1.GetAllocatableResources"] == 1, "not asked again"
+    finally:
+        await source.close()

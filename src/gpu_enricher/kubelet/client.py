@@ -54,6 +54,8 @@ class PodResourcesClient:
         self._worker = BlockingWorker("kubelet")
         self._listing: Future[object] | None = None
         """The last `List` and its parse, until a `list` call has collected its outcome."""
+        self._offering: Future[object] | None = None
+        """The same for `GetAllocatableResources`."""
 
     # --- on the client's thread ----------------------------------------------------------
 
@@ -133,9 +135,17 @@ class PodResourcesClient:
 
     async def allocatable(self, select: Select | None = None) -> AllocatableResult | None:
         """The devices the kubelet can allocate, of those `select` keeps (all without it);
-        None when the kubelet cannot say (v1alpha1 only, or the method is off)."""
-        result = await asyncio.wrap_future(self._worker.submit(partial(self._allocatable_now,
-                                                                       select)))
+        None when the kubelet cannot say (v1alpha1 only, or the method is off). A cancelled
+        call leaves the call and its parse running, as `list` does: the next returns them."""
+        offering = self._offering
+        if offering is None or offering.cancelled():  # as `list`: an abandoned call's outcome
+            offering = self._offering = self._worker.submit(partial(self._allocatable_now,
+                                                                    select))
+        try:
+            result = await asyncio.wrap_future(offering)
+        finally:
+            if offering.done() and self._offering is offering:
+                self._offering = None
         assert result is None or isinstance(result, AllocatableResult)
         return result
 
@@ -144,4 +154,4 @@ class PodResourcesClient:
         self._channel.close()
         self._worker.stop()
         self._worker = BlockingWorker("kubelet")
-        self._listing = None
+        self._listing = self._offering = None

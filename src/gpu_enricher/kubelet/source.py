@@ -75,6 +75,7 @@ class KubeletSource:
         self._node: NodeIndex | None = None  # the GPUs of the last NVML pass
         self._select: Select | None = None
         self._listed_node: NodeIndex | None = None  # the GPUs the last good List kept
+        self._offered_node: NodeIndex | None = None  # those of the last allocatable answer
         self.unmatched = NO_UNMATCHED  # of the last good List
         self.allocatable_unmatched: UnmatchedIds | None = None
         self._assignments: tuple[PodAssignment, ...] = ()
@@ -117,14 +118,19 @@ class KubeletSource:
                 node == self._listed_node:  # GPUs changed: their holders at once
             # within the CPU budget: the last answer stands
             self.deferred += 1
+        elif not await self._list(now, node, select):
             return
+        await self._offer(now, node, select)
+
+    async def _list(self, now: float, node: NodeIndex | None, select: Select) -> bool:
+        """One `List`; False when it failed (recorded, backed off)."""
         started = time.perf_counter()
         try:
             result = await self.client.list(select, self._may_keep)
         except KubeletError as exc:
             self._failed(exc, now)
-            return
-        node_changed, self._listed_node = node != self._listed_node, node
+            return False
+        self._listed_node = node
         self._report_unmatched("List", self.unmatched, result.unmatched)
         self.unmatched = result.unmatched
         self._assignments = result.assignments
@@ -142,19 +148,27 @@ class KubeletSource:
         if self._last_error is not None:
             log.warning("kubelet pod-resources API answers again (%s)", result.api)
             self._last_error = None
-        if self._allocatable_at is None or node_changed or \
-                now - self._allocatable_at >= self.options.allocatable_every_seconds:
-            try:
-                offered = await self.client.allocatable(select)
-                self._allocatable_at = now
-            except KubeletError as exc:  # retried next cycle; the assignments stand
-                self.errors[exc.code] += 1
-                return
-            self._allocatable = None if offered is None else offered.devices
-            if offered is not None:
-                self._report_unmatched("GetAllocatableResources", self.allocatable_unmatched,
-                                       offered.unmatched)
-            self.allocatable_unmatched = None if offered is None else offered.unmatched
+        return True
+
+    async def _offer(self, now: float, node: NodeIndex | None, select: Select) -> None:
+        """`GetAllocatableResources` when due (every `allocatable_every_seconds`, and when the
+        GPUs changed), on passes that List and passes the budget defers alike: an answer of
+        ~50 MB (a plugin advertising 250,000 replicas) outlasts a pass's deadline, and the
+        next pass collects it (the client keeps it) rather than never (issue 26)."""
+        if self._allocatable_at is not None and node == self._offered_node and \
+                now - self._allocatable_at < self.options.allocatable_every_seconds:
+            return
+        try:
+            offered = await self.client.allocatable(select)
+        except KubeletError as exc:  # retried next cycle; the assignments stand
+            self.errors[exc.code] += 1
+            return
+        self._allocatable_at, self._offered_node = now, node
+        self._allocatable = None if offered is None else offered.devices
+        if offered is not None:
+            self._report_unmatched("GetAllocatableResources", self.allocatable_unmatched,
+                                   offered.unmatched)
+        self.allocatable_unmatched = None if offered is None else offered.unmatched
 
     def _know(self, gpus: NodeSnapshot) -> None:
         """This node's GPUs and MIG instances, which the client's thread keeps the device IDs
