@@ -95,13 +95,15 @@ def _wait_lists(server: Server, count: int, timeout: float) -> tuple[float, floa
     the first List); then its VmRSS in MB (10^6 B), the least and the most of 3 s of samples: a
     List answer in progress holds its ~50 MB message meanwhile."""
     deadline = time.monotonic() + timeout
-    while True:  # the first List is followed by the first GetAllocatableResources: that too
-        text = _metrics(server)
-        if counters(text).get("kubelet", 0) >= count and \
-                "gpu_enricher_kubelet_allocatable_devices{" in text:
-            break
+    while counters(_metrics(server)).get("kubelet", 0) < count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"no {count} kubelet Lists within {timeout:g} s")
+        time.sleep(0.05)
+    # The first List is followed by the first GetAllocatableResources: that too, for up to 30 s
+    # (before issue 26 a 50 MB one outlasted every pass's deadline and never arrived).
+    deadline = time.monotonic() + 30
+    while "gpu_enricher_kubelet_allocatable_devices{" not in _metrics(server) and \
+            time.monotonic() < deadline:
         time.sleep(0.05)
     samples = []
     for _ in range(60):
