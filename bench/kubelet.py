@@ -30,6 +30,9 @@ instance each. Sections (`--sections`, default all three):
           wrk (on its CPUs) pulls the large answer at the same rate, so the fake kubelet's
           sending of it loads wrk's side as in the large row, and the exporter does none of
           the work.
+  unmatched  (not in the default sections) issue 26: a ~50 MB answer of 250,000 device IDs in
+          GPU form naming no GPU here, against the 110-pod answer: /metrics p99 and RSS after
+          1 and 10 Lists (bench/kubelet_unmatched.py).
 See bench/README.md.
 """
 
@@ -68,11 +71,17 @@ from _common import (
     proc_cpu_seconds,
     proc_status_kib,
 )
-from fake_kubelet_proc import ChurningKubelet, fake_nvml_mig_env
+from fake_kubelet_proc import GPUS, MIG_PER_GPU, ChurningKubelet, fake_nvml_mig_env, mig_uuid
 from fake_kubelet_proc import Node as KubeletNode
 from scrape import WrkResult, parse_wrk, ratio, run_wrk
 
-from gpu_enricher.model import PodAssignment
+from gpu_enricher.model import (
+    DeviceIdentity,
+    GpuInstance,
+    GpuSnapshot,
+    NodeSnapshot,
+    PodAssignment,
+)
 
 TARGET_CPU_MS_PER_PASS = 20.0
 TARGET_THROUGHPUT_RATIO = 0.85
@@ -93,8 +102,10 @@ class KubeletProc:
     """bench/fake_kubelet_proc.py in its own process; `stop()` returns its exit stats."""
 
     def __init__(self, socket_path: Path, churn: int, cpus: set[int] | None,
-                 extra_pods: int | None = None, gpu_devices: Sequence[str] = ()) -> None:
+                 extra_pods: int | None = None, gpu_devices: Sequence[str] = (),
+                 serve: Sequence[str] = ()) -> None:
         self.socket_path = socket_path
+        self.serve = tuple(serve)  # this script's arguments that serve a kubelet of its own
         self.churn = churn
         self.cpus = cpus
         self.extra_pods = extra_pods
@@ -110,7 +121,10 @@ class KubeletProc:
                 os.sched_setaffinity(0, cpus)
 
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        argv = ([PYTHON, str(BENCH / "kubelet.py"), "--serve-large", str(self.socket_path),
+        argv = ([PYTHON, str(BENCH / "kubelet.py"), self.serve[0], str(self.socket_path),
+                 *self.serve[1:]]
+                if self.serve else
+                [PYTHON, str(BENCH / "kubelet.py"), "--serve-large", str(self.socket_path),
                  "--large-pods", str(self.extra_pods)] if self.extra_pods is not None else
                 [PYTHON, str(BENCH / "fake_kubelet_proc.py"), "--socket", str(self.socket_path),
                  "--churn", str(self.churn), "--gpu-devices", ",".join(self.gpu_devices)])
@@ -505,6 +519,18 @@ async def serve_large(socket_path: Path, extra: int) -> None:
           flush=True)
 
 
+def fake_node() -> NodeSnapshot:
+    """The fake NVML library's node as an NVML pass hands it to the kubelet source (whose
+    client keeps only the device IDs naming it): 8 GPUs x 7 1g.10gb MIG instances."""
+    return NodeSnapshot(tuple(
+        GpuSnapshot(DeviceIdentity(g, f"GPU-fa4e{g:04x}-7953-256e-8f33-1343419b1a1c",
+                                   f"00000000:{g + 1:02x}:00.0", "NVIDIA A100"),
+                    mig_enabled=True,
+                    instances=tuple(GpuInstance(gi, 0, "1g.10gb", mig_uuid(g, gi))
+                                    for gi in range(1, MIG_PER_GPU + 1)))
+        for g in range(GPUS)))
+
+
 async def stall_probe(socket_path: Path, lists: int) -> None:
     """One JSON line per List: the longest time the event loop could not run a 5 ms ticker
     while `KubeletSource.refresh` ran, and how long the refresh took (uvloop, as the
@@ -531,7 +557,7 @@ async def stall_probe(socket_path: Path, lists: int) -> None:
             await asyncio.sleep(0.3)  # the previous List's garbage and threads settle
             worst = 0.0
             started = time.perf_counter()
-            await source.refresh()
+            await source.refresh(fake_node())
             took = time.perf_counter() - started
             worst = max(worst, time.perf_counter() - woke - period)  # the tick in progress
             snapshot = source.snapshot()
@@ -548,11 +574,13 @@ async def pull_large(socket_path: Path, interval_ms: int) -> None:
     """The control's puller: `List` every `interval_ms` until SIGTERM, with the exporter's
     client and filters, so the fake kubelet sends the large answer as often as to the
     exporter."""
+    from gpu_enricher.attribution.devices import node_index
     from gpu_enricher.kubelet.client import PodResourcesClient
-    from gpu_enricher.kubelet.source import may_name_a_gpu, names_a_gpu
+    from gpu_enricher.kubelet.selection import held_on, may_name_a_gpu
 
     client = PodResourcesClient(socket_path, 30.0)
-    keep, may_keep = names_a_gpu(frozenset()), may_name_a_gpu(frozenset())
+    keep = held_on(node_index(fake_node().gpus), frozenset())
+    may_keep = may_name_a_gpu(frozenset())
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)
@@ -763,7 +791,16 @@ def main() -> int:
     parser.add_argument("--large-rounds", type=int, default=3)
     parser.add_argument("--large-lists", type=int, default=5,
                         help="large: Lists timed by the stall probe per answer")
+    parser.add_argument("--unmatched-ids", type=int, default=250_000,
+                        help="unmatched: device IDs of no GPU here in the answer (~50 MB)")
+    parser.add_argument("--unmatched-interval", type=int, default=2000,
+                        help="unmatched: exporter -c, ms")
+    parser.add_argument("--unmatched-duration", type=int, default=20,
+                        help="unmatched: wrk -d, seconds")
+    parser.add_argument("--unmatched-rounds", type=int, default=3)
     parser.add_argument("--serve-large", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-unmatched", type=Path, metavar="SOCKET",
+                        help=argparse.SUPPRESS)
     parser.add_argument("--pull-large", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
     parser.add_argument("--stall-probe", type=Path, metavar="SOCKET", help=argparse.SUPPRESS)
     parser.add_argument("--no-pin", dest="pin", action="store_false",
@@ -775,6 +812,10 @@ def main() -> int:
     if args.serve_large is not None:  # the large section's fake kubelet, in its own process
         asyncio.run(serve_large(args.serve_large, args.large_pods))
         return 0
+    if args.serve_unmatched is not None:  # the unmatched section's fake kubelet
+        from kubelet_unmatched import serve_unmatched
+        asyncio.run(serve_unmatched(args.serve_unmatched, args.unmatched_ids))
+        return 0
     if args.pull_large is not None:  # the large section's control
         asyncio.run(pull_large(args.pull_large, args.large_interval))
         return 0
@@ -783,7 +824,7 @@ def main() -> int:
         return 0
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in sections:
-        if s not in ("cpu", "scrape", "churn", "large"):
+        if s not in ("cpu", "scrape", "churn", "large", "unmatched"):
             parser.error(f"unknown section {s!r}")
     server_cpus = {int(c) for c in args.server_cpus.split(",")} if args.pin else None
     side_cpus = {int(c) for c in args.side_cpus.split(",")} if args.pin else None
@@ -802,6 +843,10 @@ def main() -> int:
           "\n")
     try:
         for section in sections:
+            if section == "unmatched":  # issue 26: bench/kubelet_unmatched.py
+                from kubelet_unmatched import section_unmatched
+                print(section_unmatched(node, args), "\n", flush=True)
+                continue
             fn = {"cpu": section_cpu, "scrape": section_scrape, "churn": section_churn,
                   "large": section_large}[section]
             print(fn(node, args), "\n", flush=True)

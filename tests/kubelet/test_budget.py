@@ -12,12 +12,13 @@ from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
 from gpu_enricher.model import PodAssignment
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
-from tests.kubelet.test_kubelet import Clock
+from tests.kubelet.test_kubelet import Clock, node_of
 from tests.kubelet.test_kubelet import kubelet as kubelet  # the fixture
 from tests.kubelet.test_kubelet import socket_dir as socket_dir  # the fixture
 from tests.kubelet.test_large import crowd
 
 GPU = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
+NODE_A = node_of(GPU)
 HOLDER = PodAssignment("ml", "train", "main", "nvidia.com/gpu", (GPU,))
 NEWCOMER = PodAssignment("ml", "eval", "main", "nvidia.com/gpu", (GPU,))
 
@@ -45,7 +46,7 @@ async def test_a_costly_list_waits_its_cost_over_the_budget_keeping_the_last_ans
     source = budgeted(kubelet, clock, budget=0.0001, max_wait=30.0)
     try:
         with caplog.at_level(logging.INFO, logger="gpu_enricher.kubelet.source"):
-            await source.refresh()
+            await source.refresh(NODE_A)
         cpu = source.last_list_cpu_seconds
         assert cpu is not None and cpu > 0
         wait = min(cpu / 0.0001, 30.0)
@@ -59,7 +60,7 @@ async def test_a_costly_list_waits_its_cost_over_the_budget_keeping_the_last_ans
         kubelet.set_assignments([HOLDER, NEWCOMER])  # not seen until the next List
         for _ in range(3):
             clock.now += wait / 4  # past max_age (1 s): deferred is not failed, labels stay
-            await source.refresh()
+            await source.refresh(NODE_A)
         assert kubelet.calls["v1.List"] == 1
         assert source.deferred == 3
         assert sample(source, "gpu_enricher_kubelet_lists_deferred_total") == 3
@@ -67,7 +68,7 @@ async def test_a_costly_list_waits_its_cost_over_the_budget_keeping_the_last_ans
         assert snapshot.up and snapshot.assignments == (HOLDER,)
 
         clock.now += wait / 4  # the List is due
-        await source.refresh()
+        await source.refresh(NODE_A)
         assert kubelet.calls["v1.List"] == 2
         assert source.snapshot().assignments == (HOLDER, NEWCOMER)
         assert source.deferred == 3
@@ -87,7 +88,7 @@ async def test_labels_expire_at_max_age_after_the_deferred_list_was_due(
     clock = Clock()
     source = budgeted(kubelet, clock, budget=0.0001, max_wait=20.0, max_age=3.0)
     try:
-        await source.refresh()
+        await source.refresh(NODE_A)
         cpu = source.last_list_cpu_seconds
         assert cpu is not None
         wait = min(cpu / 0.0001, 20.0)
@@ -109,7 +110,7 @@ async def test_a_small_answer_is_listed_every_pass(kubelet: FakeKubelet, budget:
     source = budgeted(kubelet, clock, budget=budget)
     try:
         for n in range(1, 6):
-            await source.refresh()
+            await source.refresh(NODE_A)
             assert kubelet.calls["v1.List"] == n
             clock.now += 1.0
         assert source.deferred == 0
@@ -124,16 +125,16 @@ async def test_a_failed_list_is_retried_on_its_backoff_not_the_budget(
     clock = Clock()
     source = budgeted(kubelet, clock, budget=0.0001, max_wait=20.0, max_age=60.0)
     try:
-        await source.refresh()
+        await source.refresh(NODE_A)
         assert source.snapshot().up
         cpu = source.last_list_cpu_seconds
         assert cpu is not None
         clock.now += min(cpu / 0.0001, 20.0)
         kubelet.fail_next("v1.List", grpc.StatusCode.RESOURCE_EXHAUSTED)
-        await source.refresh()  # due: asks, and fails
+        await source.refresh(NODE_A)  # due: asks, and fails
         assert kubelet.calls["v1.List"] == 2 and not source.snapshot().up
         clock.now += 2.0  # past one failure's jittered backoff (at most 0.6 s)
-        await source.refresh()
+        await source.refresh(NODE_A)
         assert kubelet.calls["v1.List"] == 3 and source.snapshot().up
     finally:
         await source.close()

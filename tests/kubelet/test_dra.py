@@ -16,11 +16,13 @@ from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
 from gpu_enricher.model import ClaimAllocation, PodAssignment
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
+from tests.kubelet.test_kubelet import node_of
 from tests.samples import samples, value
 
 NVIDIA = "gpu.nvidia.com"
 NODE = "node-a"  # the NVIDIA DRA driver names its pool after the node
 GPU0 = "GPU-8a748984-0fe7-297f-916c-4b998ce202d1"
+NODE_A = node_of(GPU0)
 CLAIM_METRIC = "gpu_enricher_kubelet_allocated_claim_devices"
 
 WHOLE = ClaimAllocation("ml", "train", "main", "single-gpu", "ml", NVIDIA, NODE, "gpu-0")
@@ -87,7 +89,7 @@ async def test_whole_gpu_claim(kubelet: FakeKubelet, source: KubeletSource) -> N
     result = await source.client.list()
     assert (result.api, result.assignments, result.claims) == ("v1", (), (WHOLE,))
     assert result.claims[0].share_id is None  # unset, not ""
-    await source.refresh()
+    await source.refresh(NODE_A)
     snapshot = source.snapshot()
     assert snapshot.claims == (WHOLE,) and snapshot.assignments == ()
     assert snapshot.pod_age == {("ml", "train"): 0}
@@ -99,14 +101,14 @@ async def test_mig_claim_and_a_claim_of_two_devices(kubelet: FakeKubelet,
     second = ClaimAllocation("ml", "infer", "server", "mig-slice", "ml", NVIDIA, NODE,
                              "gpu-1-mig-1g10gb-1")
     kubelet.set_claims([MIG, second])
-    await source.refresh()
+    await source.refresh(NODE_A)
     assert source.snapshot().claims == (MIG, second)
     assert value(exposition(source), CLAIM_METRIC, driver=NVIDIA) == 2
 
 
 async def test_shared_claim_of_two_pods(kubelet: FakeKubelet, source: KubeletSource) -> None:
     kubelet.set_claims(SHARED)
-    await source.refresh()
+    await source.refresh(NODE_A)
     snapshot = source.snapshot()
     assert snapshot.claims == tuple(SHARED)
     assert {c.share_id for c in snapshot.claims} == {"5f1c"}
@@ -120,7 +122,7 @@ async def test_container_with_a_plugin_gpu_and_a_claim(kubelet: FakeKubelet,
     plugin = PodAssignment("ml", "train", "main", "nvidia.com/gpu", (GPU0,))
     kubelet.set_assignments([plugin])
     kubelet.set_claims([WHOLE])
-    await source.refresh()
+    await source.refresh(NODE_A)
     snapshot = source.snapshot()
     assert (snapshot.assignments, snapshot.claims) == ((plugin,), (WHOLE,))
     text = exposition(source)
@@ -131,7 +133,7 @@ async def test_container_with_a_plugin_gpu_and_a_claim(kubelet: FakeKubelet,
 async def test_claims_of_other_drivers_are_kept(kubelet: FakeKubelet,
                                                 source: KubeletSource) -> None:
     kubelet.set_claims([WHOLE, NIC])
-    await source.refresh()
+    await source.refresh(NODE_A)
     assert source.snapshot().claims == (WHOLE, NIC)  # the join filters by driver, not the source
     text = exposition(source)
     assert value(text, CLAIM_METRIC, driver=NVIDIA) == 1
@@ -141,13 +143,13 @@ async def test_claims_of_other_drivers_are_kept(kubelet: FakeKubelet,
 async def test_pods_holding_only_claims_age_like_others(kubelet: FakeKubelet,
                                                         source: KubeletSource) -> None:
     kubelet.set_claims([SHARED[0]])
-    await source.refresh()
+    await source.refresh(NODE_A)
     kubelet.set_claims(SHARED)
-    await source.refresh()
+    await source.refresh(NODE_A)
     # "Newest pod wins" needs to know share-b came later than share-a.
     assert source.snapshot().pod_age == {("ml", "share-a"): 1, ("ml", "share-b"): 0}
     kubelet.set_claims([SHARED[1]])
-    await source.refresh()
+    await source.refresh(NODE_A)
     assert source.snapshot().pod_age == {("ml", "share-b"): 1}
 
 
@@ -156,15 +158,15 @@ async def test_claims_dropped_with_the_assignments_after_max_age(
     plugin = PodAssignment("ml", "other", "main", "nvidia.com/gpu", (GPU0,))
     kubelet.set_assignments([plugin])
     kubelet.set_claims([WHOLE])
-    await source.refresh()
+    await source.refresh(NODE_A)
     kubelet.fail_next("v1.List", grpc.StatusCode.UNAVAILABLE, count=100)
     clock.now += 9
-    await source.refresh()
+    await source.refresh(NODE_A)
     snapshot = source.snapshot()
     assert not snapshot.up
     assert (snapshot.assignments, snapshot.claims) == ((plugin,), (WHOLE,))  # still trusted
     clock.now += 2
-    await source.refresh()
+    await source.refresh(NODE_A)
     snapshot = source.snapshot()
     assert (snapshot.assignments, snapshot.claims, snapshot.age_seconds) == ((), (), None)
     assert samples(exposition(source), CLAIM_METRIC) == []

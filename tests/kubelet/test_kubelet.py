@@ -18,7 +18,13 @@ from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.fields.counters import parse_counters
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
-from gpu_enricher.model import AllocatableDevices, NodeSnapshot, PodAssignment
+from gpu_enricher.model import (
+    AllocatableDevices,
+    DeviceIdentity,
+    GpuSnapshot,
+    NodeSnapshot,
+    PodAssignment,
+)
 from gpu_enricher.nvml.backend import NvmlBackend
 from gpu_enricher.sim.backend import SimulatedBackend
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
@@ -32,6 +38,14 @@ DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).
 """
 SIM = builtin_scenario()
 SIM_UUIDS = [g.uuid for g in SIM.gpus]
+
+
+def node_of(*uuids: str) -> NodeSnapshot:
+    """A node of these GPUs, as an NVML pass hands it to the kubelet source: the source keeps
+    only the device IDs that name them."""
+    return NodeSnapshot(tuple(GpuSnapshot(DeviceIdentity(i, u, f"00000000:{i + 1:02x}:00.0",
+                                                         "NVIDIA H100"))
+                              for i, u in enumerate(uuids)))
 
 
 class Clock:
@@ -324,8 +338,12 @@ async def test_unknown_device_ids_are_logged_once(kubelet: FakeKubelet,
     for _ in range(3):
         text = await text_of(collector)
     assert 'pod="q"' in text and 'pod="p"' not in text
-    logged = [r.getMessage() for r in caplog.records if "matches no GPU" in r.getMessage()]
-    assert len(logged) == 2 and "'weird/0'" in logged[1]
+    # Dropped on the client's thread (issue 26): one line for the answer, naming a sample,
+    # not one per ID from the join.
+    logged = [r.getMessage() for r in caplog.records if "name no GPU" in r.getMessage()]
+    assert len(logged) == 1 and "'GPU-from-another-node', 'weird/0'" in logged[0], logged
+    assert not [r for r in caplog.records if "matches no GPU" in r.getMessage()]
+    assert value(text, "gpu_enricher_kubelet_unmatched_device_ids", call="List") == 2
 
 
 async def test_ready_does_not_wait_for_a_slow_kubelet(kubelet: FakeKubelet) -> None:

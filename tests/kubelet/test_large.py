@@ -6,32 +6,37 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpu_enricher.attribution.devices import parse_device_id
+from gpu_enricher.attribution.devices import node_index
 from gpu_enricher.kubelet._generated.podresources.v1 import api_pb2 as v1_pb2
 from gpu_enricher.kubelet._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from gpu_enricher.kubelet.answers import decode_list
 from gpu_enricher.kubelet.client import PodResourcesClient
-from gpu_enricher.kubelet.source import (
-    _MAY_NAME_GPU,
-    KubeletOptions,
-    KubeletSource,
-    may_name_a_gpu,
-    names_a_gpu,
-)
+from gpu_enricher.kubelet.selection import held_on, may_name_a_gpu
+from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
 from gpu_enricher.kubelet.wire import TOO_LARGE, KubeletError
 from gpu_enricher.model import ClaimAllocation, PodAssignment
 from gpu_enricher.sim.backend import SimulatedBackend
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
-from tests.kubelet.test_kubelet import SIM, SIM_UUIDS, Clock, make_collector, text_of
+from gpu_enricher.sim.node import mig_uuid
+from tests.kubelet.test_kubelet import (
+    SIM,
+    SIM_UUIDS,
+    Clock,
+    make_collector,
+    node_of,
+    text_of,
+)
 from tests.kubelet.test_kubelet import kubelet as kubelet  # the fixture
 from tests.kubelet.test_kubelet import socket_dir as socket_dir  # the fixture
 
 GPU = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
+NODE_A = node_of(GPU)
 HOLDER = PodAssignment("ml", "train", "main", "nvidia.com/gpu", (GPU,))
 CLAIM = ClaimAllocation("ml", "dra", "main", "gpus", "ml", "gpu.nvidia.com", "node-a", "gpu-1")
 MIB = 1 << 20
@@ -98,7 +103,7 @@ async def test_a_large_answer_never_stalls_the_event_loop(
         for _ in range(2):  # the better of two: a loaded machine can deschedule a GIL holder
             async with Lateness() as lateness:
                 started = time.perf_counter()
-                await source.refresh()
+                await source.refresh(NODE_A)
                 took = time.perf_counter() - started
             stalls.append((lateness.worst, lateness.ticks, took))  # worst: complete on exit
         # Received and parsed by grpc.aio on the loop, this answer held the loop 0.23-0.30 s
@@ -124,13 +129,13 @@ async def test_an_answer_above_the_limit_is_refused_clearly_and_counted(
                            clock=clock)
     try:
         kubelet.set_assignments([HOLDER])
-        await source.refresh()
+        await source.refresh(NODE_A)
         assert source.snapshot().assignments == (HOLDER,)
         kubelet.set_assignments([*crowd(600), HOLDER])  # 1.3 MB
         caplog.set_level(logging.WARNING, logger="gpu_enricher.kubelet")
         for _ in range(3):
             clock.now += 2  # past the backoff
-            await source.refresh()
+            await source.refresh(NODE_A)
             snapshot = source.snapshot()
             assert not snapshot.up
             assert snapshot.assignments == (HOLDER,), "the last good answer is kept, as on " \
@@ -143,7 +148,7 @@ async def test_an_answer_above_the_limit_is_refused_clearly_and_counted(
         assert source.snapshot().assignments == ()
         kubelet.set_assignments([HOLDER])
         clock.now += 2
-        await source.refresh()
+        await source.refresh(NODE_A)
         assert source.snapshot().up and source.snapshot().assignments == (HOLDER,)
         assert len(caplog.records) == 2 and "answers again" in caplog.records[1].getMessage()
     finally:
@@ -158,10 +163,10 @@ async def test_a_pass_that_gives_up_waiting_leaves_the_parse_to_the_next_one(
     client = PodResourcesClient(kubelet.socket_path, 5.0)
     seen: list[str] = []
 
-    def slow_keep(resource: str, device_ids: tuple[str, ...]) -> bool:
+    def slow_keep(resource: str, device_ids: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
         time.sleep(0.05)  # on the parse thread: ~0.5 s for the 11 assignments
         seen.append(resource)
-        return resource == "nvidia.com/gpu"
+        return (tuple(device_ids), []) if resource == "nvidia.com/gpu" else ((), [])
 
     try:
         with pytest.raises(TimeoutError):
@@ -190,22 +195,15 @@ async def test_an_answer_that_does_not_parse_is_an_internal_error(kubelet: FakeK
         await client.close()
 
 
-# --- what is kept: only what can name a GPU, the join's output unchanged ---------------------
+# --- what is kept: what names this node's GPUs; the join's output unchanged ---------------
 
 GPU_FORMS = [SIM_UUIDS[0], f"{SIM_UUIDS[1]}::2", SIM_UUIDS[2].removeprefix("GPU-"),
              f"{SIM_UUIDS[2].removeprefix('GPU-')}::", f"MIG-{SIM_UUIDS[2]}/1/0",
              "MIG-fa4e0002-0001-5000-8000-000000000000::1", "nvidia0", "nvidia1/vgpu3",
-             "nvidia2/gi2", "nvidia2/gi1/vgpu0", f" {SIM_UUIDS[0]} "]
-
-
-@given(st.text() | st.sampled_from(GPU_FORMS) | st.builds(
-    lambda a, b: a + b, st.sampled_from(["GPU-", "MIG-", "nvidia", " ", "\t", "::"]),
-    st.text(alphabet="0123456789abcdefABCDEF-:/givpu ", max_size=48)))
-@example("nvidia7")
-@example("0123abcd-0000-0000-0000-000000000000::3")
-def test_the_quick_test_never_rules_out_a_device_id_form(device_id: str) -> None:
-    if parse_device_id(device_id) is not None:
-        assert _MAY_NAME_GPU.match(device_id), device_id
+             "nvidia2/gi2", "nvidia2/gi1/vgpu0", f" {SIM_UUIDS[0]} ",
+             "GPU-0ther000-0000-0000-0000-000000000000::1", SIM_UUIDS[3].upper(),
+             f"{mig_uuid(SIM_UUIDS[2], 1)}::1", f"MIG-{SIM_UUIDS[2]}/9/0"]
+SIM_NODE = node_index(SimulatedBackend(SIM).sample(frozenset()).gpus)
 
 
 DEVICE_IDS = st.text(max_size=300) | st.sampled_from(GPU_FORMS) | st.builds(
@@ -237,7 +235,7 @@ def test_the_search_for_pods_worth_parsing_never_misses_one(
     pattern) find in the answer's bytes: what it returns must be what parsing every pod
     returns, whatever the pods hold and however the answer is cut into search windows."""
     extra = frozenset({"example.com/shared-gpu"})
-    keep, may_keep = names_a_gpu(extra), may_name_a_gpu(extra)
+    keep, may_keep = held_on(SIM_NODE, extra), may_name_a_gpu(extra)
     proto = v1_pb2 if api == "v1" else v1alpha1_pb2
     messages = []
     for n, (name, containers) in enumerate(pods):
@@ -257,27 +255,6 @@ def test_the_search_for_pods_worth_parsing_never_misses_one(
     wire = proto.ListPodResourcesResponse(pod_resources=messages).SerializeToString()
     assert decode_list(wire, api, keep, may_keep, scan_bytes=scan_bytes) == \
         decode_list(wire, api, keep)
-
-
-async def test_only_assignments_that_can_name_a_gpu_are_kept(kubelet: FakeKubelet) -> None:
-    kept = [
-        PodAssignment("a", "p", "c", "nvidia.com/gpu", ("weird/0",)),  # reported as unmatched
-        PodAssignment("a", "p", "c", "nvidia.com/mig-1g.10gb", ("MIG-elsewhere",)),
-        PodAssignment("a", "q", "c", "example.com/vgpu", ("rdma0", f"{SIM_UUIDS[1]}::2")),
-        PodAssignment("a", "r", "c", "nvidia.com/gpu.shared", ("share-0",)),
-    ]
-    nic = PodAssignment("a", "s", "c", "example.com/nic", ("nic-0", "0000:3b:00.1"))
-    kubelet.set_assignments([*kept, *crowd(20, 2), nic])
-    source = KubeletSource(PodResourcesClient(kubelet.socket_path, 5.0),
-                           KubeletOptions(max_age_seconds=10,
-                                          extra_resources=frozenset({"nvidia.com/gpu.shared"})))
-    try:
-        await source.refresh()
-        snapshot = source.snapshot()
-        assert snapshot.assignments == tuple(kept)
-        assert set(snapshot.pod_age) == {("a", "p"), ("a", "q"), ("a", "r")}
-    finally:
-        await source.close()
 
 
 async def test_pods_without_gpu_devices_change_nothing_in_the_output(

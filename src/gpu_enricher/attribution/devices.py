@@ -134,6 +134,10 @@ class NodeIndex:
     by_minor: Mapping[int, int]
     by_mig_uuid: Mapping[str, EntityKey]
     instances: frozenset[EntityKey]
+    prefixes: frozenset[str] = frozenset()
+    """What a device ID that names a GPU or MIG instance here by UUID starts with, lowercased
+    (`held_here`): each GPU's UUID, bare and in `MIG-GPU-<uuid>/…`, each MIG device's UUID."""
+    prefix_lengths: tuple[int, ...] = ()
 
 
 def node_index(gpus: Iterable[GpuSnapshot]) -> NodeIndex:
@@ -151,7 +155,10 @@ def node_index(gpus: Iterable[GpuSnapshot]) -> NodeIndex:
         for inst in gpu.instances:
             by_mig[inst.uuid.lower()] = (ident.index, inst.gpu_instance_id)
             instances.add((ident.index, inst.gpu_instance_id))
-    return NodeIndex(by_uuid, by_minor, by_mig, frozenset(instances))
+    prefixes = {*by_uuid, *(f"mig-{u}" for u in by_uuid), *by_mig,
+                *(u.removeprefix("gpu-") for u in by_uuid if u.startswith("gpu-"))}
+    return NodeIndex(by_uuid, by_minor, by_mig, frozenset(instances), frozenset(prefixes),
+                     tuple(sorted({len(p) for p in prefixes})))
 
 
 def resolve(ref: DeviceRef, node: NodeIndex) -> EntityKey | None:
@@ -167,6 +174,25 @@ def resolve(ref: DeviceRef, node: NodeIndex) -> EntityKey | None:
         return None
     key = (index, ref.gpu_instance)
     return key if ref.gpu_instance is None or key in node.instances else None
+
+
+def held_here(device_id: str, node: NodeIndex) -> DeviceRef | None:
+    """`device_id` parsed when it names a GPU or MIG instance of this node (`resolve` finds
+    it), else None. An ID of another node is ruled out by a few set lookups, unparsed: every
+    form that names a GPU by UUID starts with that UUID (lowercase is per character, so a
+    prefix stays one), so an ID that starts with none of `node.prefixes` can resolve to
+    nothing here. A kubelet listing 250,000 IDs of other GPUs cost ~4 us each to parse
+    (issue 26). Leading whitespace and GKE's `nvidia<N>` forms take the whole parse."""
+    lowered = device_id.lower()
+    prefixes = node.prefixes
+    for n in node.prefix_lengths:
+        if lowered[:n] in prefixes:
+            break
+    else:
+        if not (device_id[:1].isspace() or lowered.startswith("nvidia")):
+            return None
+    ref = parse_device_id(device_id)
+    return ref if ref is not None and resolve(ref, node) is not None else None
 
 
 def without_pod(attribution: Attribution, pod: tuple[str, str] | None) -> Attribution:

@@ -200,10 +200,15 @@ class Collector:
         skipped = self._cadence.skipped(plan.sampled_fields - every_pass)
         fields = plan.sampled_fields.union(every_pass) - skipped
         started = time.perf_counter()
-        concurrent = [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
-                      for s in self.sources if not s.after_gpus]
+        # The concurrent sources are handed the GPUs of the pass before; on the first pass,
+        # after NVML's first answer, so the kubelet's thread never lists without knowing
+        # which device IDs name this node's GPUs (issue 26).
+        first = self.snapshot is None
+        concurrent = [] if first else self._refresh_concurrent()
         try:
             await self._sample(fields, skipped, started)
+            if first:
+                concurrent = self._refresh_concurrent()
             derived: tuple[Source[object], ...] = (self.clock_events, self.gpu_health)
             for pure in derived:  # from the pass itself, no I/O
                 await self._sources.refresh(pure, self.snapshot)
@@ -226,6 +231,10 @@ class Collector:
         self.ready = True
         if self.dump is not None:
             self.dump.offer(self.snapshot)
+
+    def _refresh_concurrent(self) -> list[asyncio.Future[None]]:
+        return [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
+                for s in self.sources if not s.after_gpus]
 
     async def _sample(self, fields: frozenset[str], skipped: frozenset[str],
                       started: float) -> None:

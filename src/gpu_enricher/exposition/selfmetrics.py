@@ -173,6 +173,17 @@ def kubelet_list_families(cpu_seconds: float | None, deferred: int) -> list[Metr
     ]
 
 
+def unmatched_family(listed: int | None, allocatable: int | None) -> Metric:
+    """Device IDs of GPU resources in the kubelet's last answers that name no GPU or MIG
+    instance of this node: dropped on the client's thread, never joined (issue 26)."""
+    return _family(f"{P}kubelet_unmatched_device_ids", "gauge",
+                   "Device IDs of GPU resources in the kubelet's last answer, by call, that "
+                   "name no GPU or MIG instance of this node (dropped).",
+                   [([("call", call)], count) for call, count in
+                    (("List", listed), ("GetAllocatableResources", allocatable))
+                    if count is not None])
+
+
 def allocation_family(snapshot: NodeSnapshot, attribution: Attribution,
                       monitors: Mapping[EntityKey, tuple[Holder, ...]] | None = None) -> Metric:
     """Every holder of every device, whatever the series show (shared devices included), and

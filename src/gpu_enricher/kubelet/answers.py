@@ -13,7 +13,7 @@ import importlib
 import mmap
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -21,6 +21,7 @@ from ..model import AllocatableDevices, ClaimAllocation, PodAssignment
 from ._generated.podresources.v1 import api_pb2 as v1_pb2
 from ._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from .gil import GIL_PAUSE_SECONDS, GIL_SLICE_SECONDS, gil_pacer
+from .selection import NO_UNMATCHED, MayKeep, Select, UnmatchedIds, UnmatchedTally
 
 # protobuf ships no type information (types-protobuf is not a dependency): imported by name.
 DecodeError: type[Exception] = importlib.import_module("google.protobuf.message").DecodeError
@@ -36,14 +37,14 @@ class ListResult:
     cpu_seconds: float = 0.0
     """CPU the client's thread spent receiving and parsing the answer (set by the client)."""
     answer_bytes: int = 0  # the answer's size (set by the client)
+    unmatched: UnmatchedIds = NO_UNMATCHED
+    """The GPU resources' device IDs the `Select` dropped: they name nothing on this node."""
 
 
-Keep = Callable[[str, Sequence[str]], bool]
-"""Whether to keep a container's devices of one resource: (resource name, device IDs)."""
-MayKeep = Sequence[re.Pattern[bytes]]
-"""Byte patterns, one of which matches inside the encoded `PodResources` of every pod that holds
-a device `Keep` accepts: a pod none of them matches is not parsed. A match elsewhere costs
-only a parse."""
+@dataclass(frozen=True, slots=True)
+class AllocatableResult:
+    devices: tuple[AllocatableDevices, ...]
+    unmatched: UnmatchedIds = NO_UNMATCHED
 
 CLAIM_ON_WIRE: Final = re.compile(rb"\x2a[\x80-\xff]{0,9}[\x00-\x7f][\x0a\x12\x1a\x22]")
 """What a v1 `ContainerResources.dynamic_resources` entry (field 5) holding claimed devices
@@ -54,22 +55,41 @@ fields in number order, so that is field 1 (`class_name`, from kubelets up to 1.
 SCAN_BYTES: Final = 64 << 10
 """Bytes of whole pods searched per `pods_to_parse` step (~0.1 ms per pattern) before the
 thread gives the GIL away."""
+SELECT_IDS: Final = 256
+"""Device IDs matched per `Select` call (~0.3 ms) before the thread may give the GIL away: a
+container or an allocatable entry can list 250,000 of them (issue 26)."""
 
 
-def parse_pod_resources(pods: Iterable[Any], keep: Keep | None = None,
+def _select(select: Select, resource: str, device_ids: Sequence[str],
+            unmatched: UnmatchedTally | None, maybe_pause: Callable[[], None]) -> tuple[str, ...]:
+    """The IDs `select` keeps, a slice of `SELECT_IDS` at a time, those it counts tallied."""
+    kept: list[str] = []
+    for at in range(0, len(device_ids), SELECT_IDS):
+        part, dropped = select(resource, device_ids[at:at + SELECT_IDS])
+        kept.extend(part)
+        if dropped and unmatched is not None:
+            unmatched.add(dropped)
+        maybe_pause()
+    return tuple(kept)
+
+
+def parse_pod_resources(pods: Iterable[Any], select: Select | None = None,
+                        unmatched: UnmatchedTally | None = None,
+                        maybe_pause: Callable[[], None] = lambda: None,
                         ) -> tuple[PodAssignment, ...]:
-    """`PodResources` messages (v1 or v1alpha1) → one assignment per container and resource
-    (those `keep` accepts, when given). The kubelet also lists containers that hold no device:
-    they give no assignment."""
+    """`PodResources` messages (v1 or v1alpha1) → one assignment per container and resource,
+    of the IDs `select` keeps (all without it; those it counts go to `unmatched`). The kubelet
+    also lists containers that hold no device: they give no assignment, nor does a resource
+    none of whose IDs is kept."""
     result: list[PodAssignment] = []
     for pod in pods:
         for container in pod.containers:
             for devices in container.devices:
-                # A tuple only for what is kept: most of a large answer is not.
-                if keep is None or keep(devices.resource_name, devices.device_ids):
+                kept = tuple(devices.device_ids) if select is None else _select(
+                    select, devices.resource_name, devices.device_ids, unmatched, maybe_pause)
+                if kept:
                     result.append(PodAssignment(pod.namespace, pod.name, container.name,
-                                                devices.resource_name,
-                                                tuple(devices.device_ids)))
+                                                devices.resource_name, kept))
     return tuple(result)
 
 
@@ -87,13 +107,6 @@ def parse_claims(pods: Iterable[v1_pb2.PodResources]) -> tuple[ClaimAllocation, 
         for claim in container.dynamic_resources
         for device in claim.claim_resources
     )
-
-
-def parse_allocatable(devices: Iterable[Any]) -> tuple[AllocatableDevices, ...]:
-    merged: dict[str, list[str]] = {}
-    for entry in devices:
-        merged.setdefault(entry.resource_name, []).extend(entry.device_ids)
-    return tuple(AllocatableDevices(r, tuple(ids)) for r, ids in sorted(merged.items()))
 
 
 Wire = bytes | bytearray | mmap.mmap
@@ -115,13 +128,13 @@ def _varint(wire: Wire, pos: int) -> tuple[int, int]:
     raise DecodeError("varint longer than 10 bytes")
 
 
-def pod_spans(wire: Wire, maybe_pause: Callable[[], None] = lambda: None,
-              ) -> tuple[list[int], list[int]]:
-    """Where each encoded `PodResources` of a `ListPodResourcesResponse` (field 1, v1 and
-    v1alpha1 alike) starts and ends, each to be parsed alone: no single parse holds the GIL for
-    long. Other fields are skipped as a parser would."""
-    starts: list[int] = []
-    ends: list[int] = []
+def entry_spans(wire: Wire, maybe_pause: Callable[[], None] = lambda: None,
+                ) -> Iterator[tuple[int, int]]:
+    """Where each field-1 entry of an answer starts and ends (a `ListPodResourcesResponse`'s
+    `PodResources`, v1 and v1alpha1 alike; an `AllocatableResourcesResponse`'s
+    `ContainerDevices`), each to be parsed alone: no single parse holds the GIL for long.
+    Other fields are skipped as a parser would. A generator: 250,000 allocatable entries held
+    as two lists of ints were ~18 MB more at the answer's peak (issue 26)."""
     pos, end = 0, len(wire)
     while pos < end:
         if wire[pos] == 0x0A:  # field 1, length-delimited: every entry a kubelet writes
@@ -140,14 +153,24 @@ def pod_spans(wire: Wire, maybe_pause: Callable[[], None] = lambda: None,
             if pos + size > end:
                 raise DecodeError("truncated message")
             if number == 1:
-                starts.append(pos)
-                ends.append(pos + size)
+                yield pos, pos + size
                 maybe_pause()
             pos += size
         else:  # groups (3, 4) are not in this proto; 6 and 7 do not exist
             raise DecodeError(f"unexpected wire type {wire_type}")
     if pos > end:
         raise DecodeError("truncated message")
+
+
+def pod_spans(wire: Wire, maybe_pause: Callable[[], None] = lambda: None,
+              ) -> tuple[list[int], list[int]]:
+    """`entry_spans` of a `List` answer as lists of starts and ends, for `pods_to_parse`'s
+    bisection."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for start, end in entry_spans(wire, maybe_pause):
+        starts.append(start)
+        ends.append(end)
     return starts, ends
 
 
@@ -184,15 +207,16 @@ def pods_to_parse(wire: Wire, starts: Sequence[int], ends: Sequence[int],
     return chosen
 
 
-def decode_list(wire: Wire, api: str, keep: Keep | None = None,
+def decode_list(wire: Wire, api: str, select: Select | None = None,
                 may_keep: MayKeep | None = None,
                 slice_seconds: float = GIL_SLICE_SECONDS,
                 pause_seconds: float = GIL_PAUSE_SECONDS,
                 scan_bytes: int = SCAN_BYTES) -> ListResult:
-    """A `List` answer's bytes → the assignments `keep` accepts (all without it), the claims
-    (v1) and the pods holding either; meant for a thread. With `may_keep`, only the pods it
-    or `CLAIM_ON_WIRE` (v1) finds are parsed: parsing every pod and going through every device
-    ID in Python was nine tenths of a 50 MB answer's parse (issue 13, defect 2)."""
+    """A `List` answer's bytes → the device IDs `select` keeps (all without it) as assignments,
+    the claims (v1) and the pods holding either, and the IDs `select` counted; meant for a
+    thread. With `may_keep`, only the pods it or `CLAIM_ON_WIRE` (v1) finds are parsed:
+    parsing every pod and going through every device ID in Python was nine tenths of a 50 MB
+    answer's parse (issue 13, defect 2)."""
     parse: Callable[[memoryview], Any] = (
         v1_pb2.PodResources.FromString if api == "v1" else v1alpha1_pb2.PodResources.FromString)
     maybe_pause = gil_pacer(slice_seconds, pause_seconds)
@@ -204,14 +228,39 @@ def decode_list(wire: Wire, api: str, keep: Keep | None = None,
     assignments: list[PodAssignment] = []
     claims: list[ClaimAllocation] = []
     pods: set[tuple[str, str]] = set()
+    unmatched = UnmatchedTally()
     with memoryview(wire) as view:  # released on the way out: the caller unmaps `wire`
         for index in chosen:
             pod = parse(view[starts[index]:ends[index]])
-            held = parse_pod_resources((pod,), keep)
+            held = parse_pod_resources((pod,), select, unmatched, maybe_pause)
             claimed = parse_claims((pod,)) if api == "v1" else ()
             if held or claimed:
                 assignments.extend(held)
                 claims.extend(claimed)
                 pods.add((pod.namespace, pod.name))
             maybe_pause()
-    return ListResult(tuple(assignments), api, tuple(claims), frozenset(pods))
+    return ListResult(tuple(assignments), api, tuple(claims), frozenset(pods),
+                      unmatched=unmatched.result())
+
+
+def decode_allocatable(wire: Wire, select: Select | None = None,
+                       slice_seconds: float = GIL_SLICE_SECONDS,
+                       pause_seconds: float = GIL_PAUSE_SECONDS) -> AllocatableResult:
+    """A `GetAllocatableResources` answer's bytes → the IDs `select` keeps (all without it) per
+    resource, a resource none of whose IDs is kept left out; meant for a thread. Its
+    `ContainerDevices` (field 1, one per device from a kubelet) are parsed one at a time, with
+    the GIL given back between: a device plugin advertising 250,000 replicas answers ~50 MB
+    here too (issue 26)."""
+    maybe_pause = gil_pacer(slice_seconds, pause_seconds)
+    merged: dict[str, list[str]] = {}
+    unmatched = UnmatchedTally()
+    with memoryview(wire) as view:  # released on the way out: the caller unmaps `wire`
+        for start, end in entry_spans(wire, maybe_pause):
+            entry = v1_pb2.ContainerDevices.FromString(view[start:end])
+            kept = tuple(entry.device_ids) if select is None else _select(
+                select, entry.resource_name, entry.device_ids, unmatched, maybe_pause)
+            if kept:
+                merged.setdefault(entry.resource_name, []).extend(kept)
+            maybe_pause()
+    return AllocatableResult(tuple(AllocatableDevices(r, tuple(ids))
+                                   for r, ids in sorted(merged.items())), unmatched.result())

@@ -24,10 +24,9 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
-from ..model import AllocatableDevices
 from ..worker import BlockingWorker
-from ._generated.podresources.v1 import api_pb2 as v1_pb2
-from .answers import DecodeError, Keep, ListResult, MayKeep, decode_list, parse_allocatable
+from .answers import AllocatableResult, DecodeError, ListResult, decode_allocatable, decode_list
+from .selection import MayKeep, Select
 from .wire import SOCKET_ERROR, SOCKET_MISSING, KubeletError, Message, UnaryChannel, release
 
 log = logging.getLogger(__name__)
@@ -55,6 +54,8 @@ class PodResourcesClient:
         self._worker = BlockingWorker("kubelet")
         self._listing: Future[object] | None = None
         """The last `List` and its parse, until a `list` call has collected its outcome."""
+        self._offering: Future[object] | None = None
+        """The same for `GetAllocatableResources`."""
 
     # --- on the client's thread ----------------------------------------------------------
 
@@ -80,13 +81,13 @@ class PodResourcesClient:
                 self._v1_unimplemented = True
         return self._unary(LIST_METHODS["v1alpha1"]), "v1alpha1"
 
-    def _list_now(self, keep: Keep | None, may_keep: MayKeep | None) -> ListResult:
+    def _list_now(self, select: Select | None, may_keep: MayKeep | None) -> ListResult:
         # This thread's CPU only: the kubelet's time to answer and the GIL pacer's pauses do
         # not count against --kubelet-list-cpu-budget.
         started = time.thread_time()
         wire, api = self._fetch()
         try:
-            result = decode_list(wire, api, keep, may_keep)
+            result = decode_list(wire, api, select, may_keep)
             return dataclasses.replace(result, cpu_seconds=time.thread_time() - started,
                                        answer_bytes=len(wire))
         except DecodeError as exc:
@@ -95,7 +96,7 @@ class PodResourcesClient:
         finally:
             release(wire)
 
-    def _allocatable_now(self) -> tuple[AllocatableDevices, ...] | None:
+    def _allocatable_now(self, select: Select | None) -> AllocatableResult | None:
         if self._v1_unimplemented:
             return None
         try:
@@ -105,26 +106,25 @@ class PodResourcesClient:
                 return None
             raise
         try:
-            with memoryview(wire) as view:
-                response = v1_pb2.AllocatableResourcesResponse.FromString(view)
+            return decode_allocatable(wire, select)
         except DecodeError as exc:
             raise KubeletError("INTERNAL", "INTERNAL: the GetAllocatableResources answer does "
                                f"not parse: {exc}") from None
         finally:
             release(wire)
-        return parse_allocatable(response.devices)
 
     # --- on the event loop -----------------------------------------------------------------
 
-    async def list(self, keep: Keep | None = None, may_keep: MayKeep | None = None,
+    async def list(self, select: Select | None = None, may_keep: MayKeep | None = None,
                    ) -> ListResult:
-        """The kubelet's `List` with the assignments `keep` accepts (all without it; `may_keep`
+        """The kubelet's `List` with the device IDs `select` keeps (all without it; `may_keep`
         rules out pods cheaply, see `decode_list`). A call
         cancelled (a collection pass that gives up waiting) leaves the `List` and its parse
         running: the next call returns their outcome instead of asking the kubelet again."""
         listing = self._listing
         if listing is None or listing.cancelled():  # cancelled: before the thread took it
-            listing = self._listing = self._worker.submit(partial(self._list_now, keep, may_keep))
+            listing = self._listing = self._worker.submit(partial(self._list_now, select,
+                                                                  may_keep))
         try:
             result = await asyncio.wrap_future(listing)
         finally:
@@ -133,10 +133,20 @@ class PodResourcesClient:
         assert isinstance(result, ListResult)
         return result
 
-    async def allocatable(self) -> tuple[AllocatableDevices, ...] | None:
-        """None when the kubelet cannot say (v1alpha1 only, or the method is off)."""
-        result = await asyncio.wrap_future(self._worker.submit(self._allocatable_now))
-        assert result is None or isinstance(result, tuple)
+    async def allocatable(self, select: Select | None = None) -> AllocatableResult | None:
+        """The devices the kubelet can allocate, of those `select` keeps (all without it);
+        None when the kubelet cannot say (v1alpha1 only, or the method is off). A cancelled
+        call leaves the call and its parse running, as `list` does: the next returns them."""
+        offering = self._offering
+        if offering is None or offering.cancelled():  # as `list`: an abandoned call's outcome
+            offering = self._offering = self._worker.submit(partial(self._allocatable_now,
+                                                                    select))
+        try:
+            result = await asyncio.wrap_future(offering)
+        finally:
+            if offering.done() and self._offering is offering:
+                self._offering = None
+        assert result is None or isinstance(result, AllocatableResult)
         return result
 
     async def close(self) -> None:
@@ -144,4 +154,4 @@ class PodResourcesClient:
         self._channel.close()
         self._worker.stop()
         self._worker = BlockingWorker("kubelet")
-        self._listing = None
+        self._listing = self._offering = None

@@ -6,9 +6,11 @@ bounded time, then dropped rather than showing possibly wrong pod labels. GPU se
 either way. Devices held through DRA ResourceClaims follow the same rules as the assignments:
 they come from the same `List` answer, so they are kept and dropped together.
 
-Only assignments that can name a GPU are kept (`names_a_gpu`), chosen on the client's parse
-thread: a node with thousands of pods holding RDMA or SR-IOV devices would otherwise have
-every collection pass match all of them on the event loop (issue 13, defect 2).
+Only the device IDs that name a GPU or MIG instance of this node are kept (`selection`),
+chosen on the client's parse thread against the GPUs of the last NVML pass: a node with
+thousands of pods holding RDMA or SR-IOV devices (issue 13, defect 2), or a List of 250,000
+IDs of GPUs elsewhere (issue 26), would otherwise have every collection pass match all of them
+on the event loop and keep them between passes. The others are counted and logged once.
 
 A `List` costs CPU in proportion to the answer (2-4 ms per MB received and parsed: 0.1-0.2 s for
 the 50 MB of a node with tens of thousands of pods), taken from the core that also serves scrapes.
@@ -20,17 +22,16 @@ spends a whole core on a huge node ("exporters that eat whole cores"; issue 13, 
 
 import logging
 import random
-import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client.metrics_core import Metric
 
-from ..attribution.devices import is_gpu_resource, parse_device_id
-from ..exposition.selfmetrics import kubelet_families, kubelet_list_families
+from ..attribution.devices import NodeIndex, node_index
+from ..exposition.selfmetrics import kubelet_families, kubelet_list_families, unmatched_family
 from ..fields import names
 from ..model import (
     AllocatableDevices,
@@ -40,55 +41,14 @@ from ..model import (
     PodAssignment,
     SourceHealth,
 )
-from .answers import Keep, ListResult, MayKeep
+from .answers import ListResult
 from .client import PodResourcesClient
+from .selection import NO_UNMATCHED, Select, UnmatchedIds, held_on, may_name_a_gpu
 from .wire import SOCKET_MISSING, KubeletError
 
 log = logging.getLogger(__name__)
 
 SOURCE: Final = "kubelet"
-
-# What every device ID `parse_device_id` accepts starts with (after whitespace): `GPU-`,
-# `MIG-`, `nvidia<N>`, or a bare UUID's first group. A cheap test that rules out most others
-# (an RDMA or SR-IOV ID) before the full parse.
-_MAY_NAME_GPU = re.compile(r"\s*(?:GPU-|MIG-|nvidia|[0-9a-fA-F]{8}-)")
-
-
-def names_a_gpu(extra_resources: frozenset[str]) -> Keep:
-    """Whether a container's devices of one resource matter to the join: a GPU resource
-    (`nvidia.com/gpu`, `nvidia.com/mig-*`, `--nvidia-resource-names`, all kept, so an ID that
-    matches nothing is still reported), or any resource with an ID in a GPU form (processes on
-    a GPU some other resource hands out count as allocated). The rest can name no GPU."""
-    def keep(resource: str, device_ids: Sequence[str]) -> bool:
-        return is_gpu_resource(resource, extra_resources) or any(
-            _MAY_NAME_GPU.match(d) is not None and parse_device_id(d) is not None
-            for d in device_ids)
-
-    return keep
-
-
-# On the wire a device ID (`ContainerDevices` field 2, v1 and v1alpha1) is the byte 0x12, its
-# length (a varint) and its UTF-8: one that `_MAY_NAME_GPU` lets through shows as that tag, a
-# length, whitespace and a GPU prefix. Whitespace is taken broadly (every byte of a multi-byte
-# UTF-8 character, the information separators `str.strip` removes): a false match costs only
-# the exact test, a missed one would lose an assignment.
-_MAY_NAME_GPU_ON_WIRE = re.compile(
-    rb"\x12[\x80-\xff]{0,9}[\x00-\x7f][\s\x1c-\x1f\x80-\xff]*(?:GPU-|MIG-|nvidia|[0-9a-fA-F]{8}-)")
-
-
-# NVIDIA_GPU and every NVIDIA_MIG_PREFIX resource, written with their common prefix in front so
-# that the search is a substring search.
-_GPU_RESOURCES_ON_WIRE = re.compile(rb"nvidia\.com/(?:gpu|mig-)")
-
-
-def may_name_a_gpu(extra_resources: frozenset[str]) -> MayKeep:
-    """The cheap test before `names_a_gpu`, searched in the answer's bytes: a pod none of these
-    patterns matches inside holds no GPU resource and no device ID in a GPU form. One pattern
-    per resource name, each a plain substring search: an alternation of them is tried at
-    every byte, ten times slower."""
-    return (_GPU_RESOURCES_ON_WIRE, _MAY_NAME_GPU_ON_WIRE,
-            *(re.compile(re.escape(r.encode())) for r in sorted(extra_resources)))
-
 
 @dataclass(frozen=True, slots=True)
 class KubeletOptions:
@@ -111,8 +71,13 @@ class KubeletSource:
         self.client = client
         self.options = options
         self._clock = clock
-        self._keep = names_a_gpu(options.extra_resources)
         self._may_keep = may_name_a_gpu(options.extra_resources)
+        self._node: NodeIndex | None = None  # the GPUs of the last NVML pass
+        self._select: Select | None = None
+        self._listed_node: NodeIndex | None = None  # the GPUs the last good List kept
+        self._offered_node: NodeIndex | None = None  # those of the last allocatable answer
+        self.unmatched = NO_UNMATCHED  # of the last good List
+        self.allocatable_unmatched: UnmatchedIds | None = None
         self._assignments: tuple[PodAssignment, ...] = ()
         self._claims: tuple[ClaimAllocation, ...] = ()
         self._fetched_at: float | None = None
@@ -138,20 +103,36 @@ class KubeletSource:
         """Nothing runs in the background: one `List` per cycle."""
 
     async def refresh(self, gpus: NodeSnapshot | None = None) -> None:
-        """One attempt (skipped while backing off after failures); never raises."""
+        """One attempt (skipped while backing off after failures); never raises. Without a
+        GPU snapshot yet (`gpus` None and none before) nothing is asked: no device ID could be
+        matched, and keeping them all unmatched is what issue 26 bounds. The collector hands
+        the kubelet's refresh the GPUs of the pass before, and on its first pass those of the
+        first NVML pass."""
+        if gpus is not None:
+            self._know(gpus)
+        node, select = self._node, self._select
         now = self._clock()
-        if now < self._retry_at:
+        if select is None or now < self._retry_at:
             return
-        if self._fetched_at is not None and now < self._fetched_at + self._budget_wait:
+        if self._fetched_at is not None and now < self._fetched_at + self._budget_wait and \
+                node == self._listed_node:  # GPUs changed: their holders at once
             # within the CPU budget: the last answer stands
             self.deferred += 1
+        elif not await self._list(now, node, select):
             return
+        await self._offer(now, node, select)
+
+    async def _list(self, now: float, node: NodeIndex | None, select: Select) -> bool:
+        """One `List`; False when it failed (recorded, backed off)."""
         started = time.perf_counter()
         try:
-            result = await self.client.list(self._keep, self._may_keep)
+            result = await self.client.list(select, self._may_keep)
         except KubeletError as exc:
             self._failed(exc, now)
-            return
+            return False
+        self._listed_node = node
+        self._report_unmatched("List", self.unmatched, result.unmatched)
+        self.unmatched = result.unmatched
         self._assignments = result.assignments
         self._claims = result.claims
         self._track_pods(result.pods)
@@ -167,13 +148,49 @@ class KubeletSource:
         if self._last_error is not None:
             log.warning("kubelet pod-resources API answers again (%s)", result.api)
             self._last_error = None
-        if self._allocatable_at is None or \
-                now - self._allocatable_at >= self.options.allocatable_every_seconds:
-            try:
-                self._allocatable = await self.client.allocatable()
-                self._allocatable_at = now
-            except KubeletError as exc:  # retried next cycle; the assignments stand
-                self.errors[exc.code] += 1
+        return True
+
+    async def _offer(self, now: float, node: NodeIndex | None, select: Select) -> None:
+        """`GetAllocatableResources` when due (every `allocatable_every_seconds`, and when the
+        GPUs changed), on passes that List and passes the budget defers alike: an answer of
+        ~50 MB (a plugin advertising 250,000 replicas) outlasts a pass's deadline, and the
+        next pass collects it (the client keeps it) rather than never (issue 26)."""
+        if self._allocatable_at is not None and node == self._offered_node and \
+                now - self._allocatable_at < self.options.allocatable_every_seconds:
+            return
+        try:
+            offered = await self.client.allocatable(select)
+        except KubeletError as exc:  # retried next cycle; the assignments stand
+            self.errors[exc.code] += 1
+            return
+        self._allocatable_at, self._offered_node = now, node
+        self._allocatable = None if offered is None else offered.devices
+        if offered is not None:
+            self._report_unmatched("GetAllocatableResources", self.allocatable_unmatched,
+                                   offered.unmatched)
+        self.allocatable_unmatched = None if offered is None else offered.unmatched
+
+    def _know(self, gpus: NodeSnapshot) -> None:
+        """This node's GPUs and MIG instances, which the client's thread keeps the device IDs
+        of: a new selection only when they change (a GPU bound or unbound, MIG changed)."""
+        node = node_index(gpus.gpus)
+        if node != self._node:
+            self._node = node
+            self._select = held_on(node, self.options.extra_resources)
+
+    @staticmethod
+    def _report_unmatched(call: str, before: UnmatchedIds | None, after: UnmatchedIds) -> None:
+        """Logged when an answer's IDs that name nothing here appear, with a sample, and when
+        they are gone: not once per ID (250,000 of them in issue 26); the gauge counts them."""
+        had = before is not None and before.count > 0
+        if after.count and not had:
+            log.warning("the kubelet's %s answer lists %s device IDs of GPU resources that name "
+                        "no GPU or MIG instance of this node, e.g. %s: dropped, counted in "
+                        "gpu_enricher_kubelet_unmatched_device_ids", call, f"{after.count:,}",
+                        ", ".join(map(repr, after.sample)))
+        elif had and not after.count:
+            log.info("every device ID of GPU resources in the kubelet's %s answer names a GPU "
+                     "or MIG instance of this node again", call)
 
     def _pace(self, result: ListResult) -> None:
         """How long after this List the next may run, for the Lists to stay within the CPU
@@ -236,6 +253,9 @@ class KubeletSource:
         snapshot = self.snapshot()
         return [*kubelet_families(snapshot, self.options.extra_resources),
                 *kubelet_list_families(self.last_list_cpu_seconds, self.deferred),
+                unmatched_family(None if self._listed_node is None else self.unmatched.count,
+                                 None if self.allocatable_unmatched is None
+                                 else self.allocatable_unmatched.count),
                 claim_devices_family(snapshot.claims)]
 
     async def close(self) -> None:
