@@ -23,30 +23,28 @@ Start it inside the event loop of its user (a test, the simulated node).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Final, Self
 
 from aiohttp import web
 
-from ...kube.events import ERROR, object_uid
+from ...kube.events import ERROR
 from ...kube.slices import API_GROUP
 from .claims import ClaimStore
 from .objects import (
-    Json,
     Selector,
     event_line,
     parse_field_selector,
     status_object,
 )
 from .slices import KIND as SLICE_KIND
-from .slices import group_document, neutral_slice, render_slice
+from .slices import group_document, render_slice
+from .state import StoredObjects
 from .watch import (
     DROP,
     END,
-    Change,
     RecordedRequest,
-    Store,
     View,
     Watch,
     error_response,
@@ -58,7 +56,7 @@ HOST: Final = "127.0.0.1"
 __all__ = ["HOST", "FakeKubeApi", "RecordedRequest"]  # RecordedRequest: tests use it from here
 
 
-class FakeKubeApi:
+class FakeKubeApi(StoredObjects):
     """Attributes tests may set: `stall_watches` (new watches get their headers, then
     silence until stopped), `end_watches_immediately` (new watches answer 200 with an empty
     body, as a misbehaving proxy or server may), `unwatchable`; `requests` holds every request
@@ -74,84 +72,13 @@ class FakeKubeApi:
         self.resource_versions: tuple[str, ...] = tuple(resource_versions)
         """The `resource.k8s.io` versions served, best first; settable (an upgrade)."""
         self.requests: list[RecordedRequest] = []
-        self.version = 1
-        self._pods = Store()
-        self._slices = Store()
-        self._config_maps = Store()
+        super().__init__()
         self.claims = ClaimStore()
         """ResourceClaims, read one by one (tests set them and their RBAC there)."""
         self._compacted = 0  # watches from before this version get 410
         self._expire_next: list[bool] = []  # True: as an ERROR event, False: as HTTP 410
         self._failures: list[tuple[int, bool | None]] = []
-        self._watches: set[Watch] = set()
         self._runner: web.AppRunner | None = None
-
-    # --- state -------------------------------------------------------------------------------
-
-    @property
-    def pods(self) -> Mapping[str, Json]:
-        """uid → the stored pod object (with its resourceVersion)."""
-        return dict(self._pods.objects)
-
-    def set_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """Replace all pods: missing ones are deleted, the rest upserted (events for each)."""
-        self._set(self._pods, pods, self.upsert_pod)
-
-    def upsert_pod(self, pod: Mapping[str, Any]) -> str:
-        """Create or replace a pod (keyed by `metadata.uid`); returns its resourceVersion."""
-        return self._upsert(self._pods, pod)
-
-    def delete_pod(self, uid: str) -> None:
-        self._delete(self._pods, uid)
-
-    @property
-    def slices(self) -> Mapping[str, Json]:
-        """uid → the stored ResourceSlice, in the neutral shape (see `fake_slices.py`)."""
-        return dict(self._slices.objects)
-
-    def set_slices(self, slices: Iterable[Mapping[str, Any]]) -> None:
-        """Replace all ResourceSlices (any served shape), as `set_pods` does pods."""
-        self._set(self._slices, slices, self.upsert_slice)
-
-    def upsert_slice(self, obj: Mapping[str, Any]) -> str:
-        """Create or replace a ResourceSlice of any served shape (keyed by `metadata.uid`);
-        returns its resourceVersion."""
-        return self._upsert(self._slices, neutral_slice(obj))
-
-    def delete_slice(self, uid: str) -> None:
-        self._delete(self._slices, uid)
-
-    def upsert_config_map(self, obj: Mapping[str, Any]) -> str:
-        """Create or replace a ConfigMap (keyed by `metadata.uid`); returns its resourceVersion."""
-        return self._upsert(self._config_maps, obj)
-
-    def delete_config_map(self, uid: str) -> None:
-        self._delete(self._config_maps, uid)
-
-    def _set(self, store: Store, objects: Iterable[Mapping[str, Any]],
-             upsert: Callable[[Mapping[str, Any]], str]) -> None:
-        wanted = {object_uid(o): o for o in objects}
-        for uid in [u for u in store.objects if u not in wanted]:
-            self._delete(store, uid)
-        for obj in wanted.values():
-            upsert(obj)
-
-    def _upsert(self, store: Store, obj: Mapping[str, Any]) -> str:
-        self.version += 1
-        self._record(store, store.put(obj, self.version))
-        return str(self.version)
-
-    def _delete(self, store: Store, uid: str) -> None:
-        self._record(store, store.remove(uid, self.version + 1))
-        self.version += 1
-
-    def _record(self, store: Store, change: Change) -> None:
-        for watch in self._watches:
-            if watch.view.store is not store or watch.silent:
-                continue
-            event = change.event_for(watch.selector)
-            if event is not None:
-                watch.lines.put_nowait(watch.view.line(event))
 
     # --- misbehaviour ------------------------------------------------------------------------
 
