@@ -34,6 +34,21 @@ def build_fake_nvml(build_dir: Path = DEFAULT_BUILD_DIR) -> Path:
     return path
 
 
+def in_process_fake(real_cost: bool) -> tuple[Any, Any]:
+    """The fake library loaded into this process for `GPU_COUNT` GPUs (with the H100 cost
+    profile when `real_cost`), and the bundled counters lines: what an in-process NVML
+    benchmark starts from. Returns (FakeNvml, counter lines)."""
+    lib = build_fake_nvml(DEFAULT_BUILD_DIR)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ["FAKE_NVML_GPU_COUNT"] = str(GPU_COUNT)
+    os.environ["FAKE_NVML_COST_PROFILE"] = "h100" if real_cost else ""
+    fake = importlib.import_module("tests.fake_nvml.build").FakeNvml(lib)
+    counters = importlib.import_module("gpu_enricher.fields.counters")
+    collection = importlib.import_module("gpu_enricher.fields.collection")
+    return fake, counters.load_counters(collection.default_counters_path())
+
+
 def clean_env() -> dict[str, str]:
     """This environment without the fake library's and the exporter's settings: an exporter
     on the host's own libnvidia-ml (a real GPU node)."""

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from _common import DEFAULT_BUILD_DIR, GPU_COUNT, ROOT, build_fake_nvml, median
+from _common import GPU_COUNT, in_process_fake, median
 
 PROCESSES = 100
 
@@ -99,15 +99,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--real-cost", action="store_true")
     args = parser.parse_args()
-    lib = build_fake_nvml(DEFAULT_BUILD_DIR)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    os.environ["FAKE_NVML_GPU_COUNT"] = str(GPU_COUNT)
-    os.environ["FAKE_NVML_COST_PROFILE"] = "h100" if args.real_cost else ""
-    fake = importlib.import_module("tests.fake_nvml.build").FakeNvml(lib)
-    counters = importlib.import_module("gpu_enricher.fields.counters")
-    collection = importlib.import_module("gpu_enricher.fields.collection")
-    lines = counters.load_counters(collection.default_counters_path())
+    fake, lines = in_process_fake(args.real_cost)
     fields = frozenset(line.field for line in lines)
     medians: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(args.rounds):

@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-from _common import DEFAULT_BUILD_DIR, GPU_COUNT, ROOT, build_fake_nvml, median
+from _common import GPU_COUNT, in_process_fake, median
 from mps_cost import PROCESSES, per_gpu
 
 REPLICAS, PODS = 14, 110
@@ -148,17 +148,9 @@ def main() -> int:
     parser.add_argument("--slow-fields-interval", type=float, default=30.0, metavar="SECONDS",
                         help="the backend's slow cadence (the energy counter's); 0: every pass")
     args = parser.parse_args()
-    lib = build_fake_nvml(DEFAULT_BUILD_DIR)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    os.environ["FAKE_NVML_GPU_COUNT"] = str(GPU_COUNT)
-    os.environ["FAKE_NVML_COST_PROFILE"] = "h100" if args.real_cost else ""
     os.environ.pop("FAKE_NVML_PROCESSES", None)
-    fake = importlib.import_module("tests.fake_nvml.build").FakeNvml(lib)
+    fake, lines = in_process_fake(args.real_cost)
     fake.reset()
-    counters = importlib.import_module("gpu_enricher.fields.counters")
-    collection = importlib.import_module("gpu_enricher.fields.collection")
-    lines = counters.load_counters(collection.default_counters_path())
     without = Variant(fake, False, lines, args.slow_fields_interval)
     with_ = Variant(fake, True, lines, args.slow_fields_interval)
     try:

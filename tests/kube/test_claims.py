@@ -1,7 +1,6 @@
 """Which devices of a ResourceClaim are held with admin access, in each served version (the
 fake API server's rendering and hand-written shapes), and the source reading them."""
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -54,12 +53,6 @@ def test_a_result_without_the_field_falls_back_to_its_request() -> None:
                                      {"status": {"allocation": {"devices": {"results": [7]}}}}])
 def test_a_malformed_claim_has_no_admin_devices(garbage: Any) -> None:
     assert admin_devices(garbage) == frozenset()
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeKubeApi]:
-    async with FakeKubeApi() as fake:
-        yield fake
 
 
 def allocation(namespace: str, name: str, device: str) -> ClaimAllocation:

@@ -30,14 +30,6 @@ def shown(source: ConfigMapSource) -> str | None:
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[FakeKubeApi]:
-    fake = FakeKubeApi()
-    await fake.start()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def source(api: FakeKubeApi) -> AsyncIterator[ConfigMapSource]:
     options = fast_options(ConfigMapOptions, NODE, api,
                            ref=ConfigMapRef("gpu-operator", "dcgm-metrics"))

@@ -50,14 +50,6 @@ def names(source: PodWatchSource) -> set[str]:
     return {p.name for p in source.snapshot().pods}
 
 
-@pytest.fixture
-async def api() -> AsyncIterator[FakeKubeApi]:
-    fake = FakeKubeApi()
-    await fake.start()
-    yield fake
-    await fake.stop()
-
-
 def fast(api: FakeKubeApi, **changes: Any) -> PodWatchOptions:
     return fast_options(PodWatchOptions, NODE, api, **changes)
 
