@@ -37,12 +37,12 @@ from typing import Any
 from _common import DEFAULT_BUILD_DIR, GPU_COUNT, ROOT, build_fake_nvml, median, set_plan
 
 from gpu_enricher.cli.flag_values import parse_drop_labels
-from gpu_enricher.cli.main import default_counters_path
 from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.exposition.join import PodContext, dcgm_families
 from gpu_enricher.exposition.ownmetrics import OwnMetrics
 from gpu_enricher.exposition.render import Exposition
 from gpu_enricher.exposition.selfmetrics import self_families
+from gpu_enricher.fields.collection import default_counters_path
 from gpu_enricher.fields.counters import CounterLine, load_counters, plan_counters
 from gpu_enricher.fields.table import PROFILING_FIELDS
 from gpu_enricher.model import NodeSnapshot

@@ -438,9 +438,9 @@ async def measure_pass(fake: Any, node: BenchNode, tmp: Path, cycles: int, warmu
     from gpu_enricher.attribution.podlogs import LogNameSource
     from gpu_enricher.attribution.proc_source import ProcessSource, gpu_pids
     from gpu_enricher.attribution.procfs import ProcReader
-    from gpu_enricher.cli.main import default_counters_path
     from gpu_enricher.collector.cycle import compose
     from gpu_enricher.collector.loop import Collector, CollectorOptions
+    from gpu_enricher.fields.collection import default_counters_path
     from gpu_enricher.fields.counters import load_counters, plan_counters
     from gpu_enricher.kube.source import PodWatchOptions, PodWatchSource
     from gpu_enricher.nvml.backend import NvmlBackend

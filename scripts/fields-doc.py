@@ -143,7 +143,7 @@ def summary(fields: Sequence[Field]) -> str:
     exp = [f for f in fields if f.field_id is None]
     done = [f for f in fields if f.implemented]
     return (f"gpu-enricher implements **{len(done)}** of the {len(fields)} fields a counters "
-            f"file can name: {sum(1 for f in dcgm if f.implemented)} of DCGM 4.6's "
+            f"file can name: {sum(1 for f in dcgm if f.implemented)} of DCGM 4.6/4.7's "
             f"{len(dcgm)} field ids (each under every spelling DCGM accepts for it) and "
             f"{sum(1 for f in exp if f.implemented)} of dcgm-exporter's {len(exp)} `DCGM_EXP_*` "
             f"fields.")
@@ -170,7 +170,9 @@ def fields_doc(fields: Sequence[Field]) -> str:
         "A counters line may name a field by any of its spellings (DCGM 4.6 renamed many "
         "fields and keeps the old names as aliases) or by its DCGM 1.x name; its series "
         "carries the name the line gives, with the field's value and unit, as dcgm-exporter's "
-        "do. A `label` line must use the spelling in the first column below.",
+        "do, and so does a `label` line. The fields DCGM 4.6.1 and 4.7 added in a base unit "
+        "(`DCGM_FI_DEV_SM_CLOCK_HERTZ`, `DCGM_FI_DEV_FB_USED_BYTES`, …) are fields of their "
+        "own, read from their classic field's NVML answer ([namings.md](namings.md)).",
         "",
         f"## Implemented ({len(done)})",
         "",

@@ -69,7 +69,7 @@ def counters_sources(config: Config,
     return CountersSources(
         collectors=config.collectors if config.collectors_origin else None,
         collectors_origin=config.collectors_origin, config_file=config.config_file,
-        image_dir=config.dcgm_exporter_dir, config_map=config_map)
+        image_dir=config.dcgm_exporter_dir, config_map=config_map, naming=config.naming)
 
 
 def read_counters_config_map(config: Config) -> tuple[str, str] | None:

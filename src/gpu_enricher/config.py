@@ -18,7 +18,7 @@ class Config:
     port: int
     collectors: Path
     collect_interval_ms: int
-    hostname: str | None  # None with --no-hostname; a names.Hostname carries the label's name
+    hostname: str | None  # None with --no-hostname; a names.Hostname carries the label names
     log_format: str = "text"
     debug: bool = False
     simulate: str | None = None  # None: real NVML; BUILTIN_SCENARIO or a YAML path
@@ -69,6 +69,7 @@ class Config:
     gpu_bind_unbind_poll_seconds: float = 1.0  # between passes, binds and unbinds looked for
     exporter_metrics: bool = False  # HTTP requests counted by handler and code
     max_concurrent_scrapes: int = 16  # /metrics answers in flight; more get 503
+    naming: str = "classic"  # --naming: the bundled list's names, classic or dcgm-exporter 4.9's
 
     @property
     def kube_api(self) -> bool:

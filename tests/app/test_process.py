@@ -1,5 +1,6 @@
 """The installed entry point as an operator runs it: a real process, real HTTP, real signals."""
 
+import json
 import os
 import signal
 import socket
@@ -103,6 +104,39 @@ def test_simulated_node_serves_dcgm_metrics(exporters: list[Exporter]) -> None:
     # The List's cost is measured; a node of a few pods never meets the CPU budget.
     assert 0 < value(body, "gpu_enricher_kubelet_list_cpu_seconds") < 0.05
     assert value(body, "gpu_enricher_kubelet_lists_deferred_total") == 0
+    code, _ = exp.stop()
+    assert code == 0
+
+
+@pytest.mark.parametrize(("flags", "host_labels"), [
+    ([], 'Hostname="sim-node",hostname="sim-node",'),
+    (["--hostname-label-name", "hostname", "--naming", "4.9"], 'hostname="sim-node",'),
+])
+def test_simulated_node_under_4_9_names_and_host_labels(
+        exporters: list[Exporter], flags: list[str], host_labels: str) -> None:
+    """Issue 31 as a newcomer sees it: `--simulate` carries both host labels by default, and
+    `--naming 4.9` serves dcgm-exporter 4.9's names (DCGM 4.7's, in base units); the query API
+    reads the byte counts the 4.9 names carry."""
+    exp = Exporter(["--simulate", "-c", "200", *flags], {"NODE_NAME": "sim-node"})
+    exporters.append(exp)
+    exp.wait_ready()
+    _, body = get(exp.base + "/metrics")
+    gpu0 = [line for line in body.splitlines()
+            if line.startswith("DCGM_FI_") and 'gpu="0",' in line]
+    assert gpu0 and all(host_labels in line for line in gpu0)
+    families = {line.split("{")[0] for line in gpu0}
+    if "4.9" in flags:
+        assert {"DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED_BYTES",
+                "DCGM_FI_DEV_SM_CLOCK_HERTZ", "DCGM_FI_DEV_GPU_TEMP_CELSIUS"} <= families
+        assert not {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"} & families
+        assert all('DCGM_FI_SYSTEM_DRIVER_VERSION="580.105.08"' in line for line in gpu0)
+        assert "Hostname=" not in body
+    else:
+        assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"} <= families
+        assert not {"DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED_BYTES"} & families
+    _, document = get(exp.base + "/api/v1/gpus")
+    h100 = json.loads(document)["gpus"][0]
+    assert h100["memory_used_bytes"] > 0 and 0 <= h100["utilization_ratio"] <= 1
     code, _ = exp.stop()
     assert code == 0
 

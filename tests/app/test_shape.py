@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpu_enricher.assembly import make_collector
-from gpu_enricher.cli.main import parse_config
+from gpu_enricher.cli.settings import parse_config
 from gpu_enricher.collector.loop import Collector
 from gpu_enricher.fields.counters import parse_counters
 from gpu_enricher.kubelet.client import PodResourcesClient
@@ -134,7 +134,8 @@ def golden(*series: tuple[str, int, int]) -> str:
             "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" + temp)
 
 
-HOST = f'Hostname="{NODE}"'
+# Both host labels by default (issue 31): dcgm-exporter 4.8.2's Hostname, 4.8.3's hostname.
+HOST = f'Hostname="{NODE}",hostname="{NODE}"'
 TRAINER = 'container="pytorch",namespace="ml",pod="trainer-0"'
 SLICER = 'container="main",namespace="ml",pod="slicer-0"'
 GI1 = 'GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"'

@@ -6,16 +6,11 @@ import pytest
 
 from gpu_enricher.cli.compat import NEEDS_HOST_ENGINE, NOT_IMPLEMENTED, SERVED_OTHERWISE
 from gpu_enricher.cli.dcgm_flags import DCGM_EXPORTER_FLAGS
-from gpu_enricher.cli.flags import compat_flags
-from gpu_enricher.cli.main import (
-    EXIT_USAGE,
-    UsageError,
-    build_parser,
-    default_counters_path,
-    main,
-    parse_address,
-    parse_config,
-)
+from gpu_enricher.cli.flag_values import UsageError, parse_address
+from gpu_enricher.cli.flags import build_parser, compat_flags
+from gpu_enricher.cli.main import EXIT_USAGE, main
+from gpu_enricher.cli.settings import parse_config
+from gpu_enricher.fields.collection import default_counters_path
 from gpu_enricher.sim.scenario import ScenarioError, load_scenario
 
 
@@ -415,22 +410,45 @@ def test_slow_fields_interval() -> None:
 
 
 def test_hostname_label_name_flag() -> None:
-    from gpu_enricher.fields.names import Hostname, hostname_pair
+    """Both names by default (issue 31: 4.8.2's Hostname and 4.8.3's hostname), one when
+    chosen, none with -n."""
+    from gpu_enricher.fields.names import Hostname, hostname_pairs
 
     config, warnings = parse_config([], {"NODE_NAME": "n1"})
     assert isinstance(config.hostname, Hostname) and config.hostname == "n1"
-    assert hostname_pair(config.hostname) == ("Hostname", "n1") and warnings == []
+    assert hostname_pairs(config.hostname) == [("Hostname", "n1"), ("hostname", "n1")]
+    assert warnings == []
     config, _ = parse_config(["--hostname-label-name", "hostname"], {"NODE_NAME": "n1"})
-    assert config.hostname is not None and hostname_pair(config.hostname) == ("hostname", "n1")
+    assert config.hostname is not None and hostname_pairs(config.hostname) == [("hostname", "n1")]
     config, _ = parse_config([], {"NODE_NAME": "n1",
-                                  "GPU_ENRICHER_HOSTNAME_LABEL_NAME": "hostname"})
-    assert config.hostname is not None and hostname_pair(config.hostname) == ("hostname", "n1")
+                                  "GPU_ENRICHER_HOSTNAME_LABEL_NAME": "Hostname"})
+    assert config.hostname is not None and hostname_pairs(config.hostname) == [("Hostname", "n1")]
+    config, _ = parse_config(["--hostname-label-name=both"], {"NODE_NAME": "n1"})
+    assert config.hostname is not None and len(hostname_pairs(config.hostname)) == 2
     config, _ = parse_config(["-n", "--hostname-label-name=hostname"], {})
     assert config.hostname is None, "--no-hostname still drops it"
+    config, _ = parse_config(["-n"], {})
+    assert config.hostname is None, "both names"
     with pytest.raises(UsageError, match="GPU_ENRICHER_HOSTNAME_LABEL_NAME=HOSTNAME: invalid "
-                                         "hostname label name 'HOSTNAME': expected Hostname or"):
+                                         "hostname label name 'HOSTNAME': expected both, "
+                                         "Hostname or hostname"):
         parse_config([], {"GPU_ENRICHER_HOSTNAME_LABEL_NAME": "HOSTNAME"})
-    assert "--hostname-label-name Hostname|hostname" in build_parser().format_help()
+
+
+def test_naming_flag() -> None:
+    from gpu_enricher.fields.collection import default_counters_path
+
+    config, _ = parse_config([], {})
+    assert config.naming == "classic" and config.collectors == default_counters_path()
+    config, _ = parse_config(["--naming", "4.9"], {})
+    assert config.naming == "4.9" and config.collectors == default_counters_path("4.9")
+    assert parse_config([], {"GPU_ENRICHER_NAMING": "4.9"})[0].naming == "4.9"
+    with pytest.raises(UsageError, match=r"--naming=4\.8: invalid naming '4\.8': expected "
+                                         r"classic or 4\.9"):
+        parse_config(["--naming=4.8"], {})
+    help_text = build_parser().format_help()
+    assert "--naming classic|4.9" in help_text
+    assert "--hostname-label-name both|Hostname|hostname" in help_text
 
 
 def test_kubelet_list_cpu_budget_is_a_percentage_of_one_core() -> None:

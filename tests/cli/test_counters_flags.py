@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpu_enricher.assembly import counters_sources
-from gpu_enricher.cli.main import EXIT_USAGE, default_counters_path, main, parse_config
+from gpu_enricher.cli.main import EXIT_USAGE, main
+from gpu_enricher.cli.settings import parse_config
+from gpu_enricher.fields.collection import default_counters_path
 
 
 def test_nothing_set_leaves_the_choice_to_the_collection() -> None:

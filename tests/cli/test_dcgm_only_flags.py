@@ -8,8 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_enricher.cli.compat import NEEDS_HOST_ENGINE, NOT_IMPLEMENTED, SERVED_OTHERWISE
 from gpu_enricher.cli.dcgm_flags import DCGM_EXPORTER_FLAGS
-from gpu_enricher.cli.flag_values import parse_go_duration
-from gpu_enricher.cli.main import Note, UsageError, parse_config
+from gpu_enricher.cli.flag_values import UsageError, parse_go_duration
+from gpu_enricher.cli.settings import Note, parse_config
 from tests.app.test_process import Exporter, get
 from tests.app.test_process import exporters as exporters  # the fixture
 

@@ -8,12 +8,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_enricher.attribution.podlabels import PodLabelPolicy
 from gpu_enricher.cli.flag_values import UsageError, parse_drop_labels
-from gpu_enricher.cli.main import EXIT_USAGE, main, parse_config
+from gpu_enricher.cli.main import EXIT_USAGE, main
+from gpu_enricher.cli.settings import parse_config
 from gpu_enricher.collector.cycle import CycleInputs, JoinOptions, compose
 from gpu_enricher.exposition.label_drop import DROPPABLE, REFUSED, unknown_warning
 from gpu_enricher.exposition.render import Exposition, Family
 from gpu_enricher.fields.counters import parse_counters, plan_counters
-from gpu_enricher.fields.names import Hostname
+from gpu_enricher.fields.names import Hostname, hostname_pairs
 from gpu_enricher.fields.table import IMPLEMENTED
 from gpu_enricher.model import (
     AssignmentSnapshot,
@@ -78,10 +79,16 @@ def test_flag_and_environment() -> None:
     assert config.hostname == "n"
 
 
-@pytest.mark.parametrize("name", ["Hostname", "hostname"])
-def test_dropping_the_host_label_is_no_hostname(name: str) -> None:
+@pytest.mark.parametrize(("name", "kept"), [("Hostname", "hostname"), ("hostname", "Hostname")])
+def test_dropping_one_host_label_keeps_the_other_and_both_is_no_hostname(
+        name: str, kept: str) -> None:
     config, _ = parse_config(["--drop-labels", name], {"NODE_NAME": "n"})
+    assert config.hostname is not None and hostname_pairs(config.hostname) == [(kept, "n")]
+    config, _ = parse_config(["--drop-labels", "Hostname,hostname"], {"NODE_NAME": "n"})
     assert config.hostname is None
+    config, _ = parse_config(["--drop-labels", name, "--hostname-label-name", name],
+                             {"NODE_NAME": "n"})
+    assert config.hostname is None, "the one name chosen, dropped: as -n"
 
 
 def test_a_refused_label_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:

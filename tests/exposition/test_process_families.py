@@ -10,6 +10,7 @@ from gpu_enricher.exposition.join import PodContext, dcgm_families
 from gpu_enricher.exposition.process_families import process_families
 from gpu_enricher.exposition.render import Exposition, Family
 from gpu_enricher.fields.counters import CounterPlan, parse_counters, plan_counters
+from gpu_enricher.fields.namings import with_base_units
 from gpu_enricher.fields.table import IMPLEMENTED
 from gpu_enricher.model import (
     DeviceIdentity,
@@ -269,6 +270,27 @@ def test_virtual_gpu_split(usage: Usage | None, field: str, expected: dict[str, 
     assert series(families, field) == [
         f"{field}{{{ID0 if pod != 'pod-d' else ID1},{holder_labels(pod, replicas[pod])}}} {value}"
         for pod, value in expected.items()]
+
+
+def test_virtual_gpu_split_under_4_9_names() -> None:
+    """The same split under dcgm-exporter 4.9's names (issue 31): memory in bytes, exactly the
+    pod's processes' bytes (not MiB * 2^20), utilisation as the ratio of the split percent."""
+    csv = ("DCGM_FI_DEV_FB_USED_BYTES, gauge, Framebuffer memory used (in bytes).\n"
+           "DCGM_FI_DEV_GPU_UTIL_RATIO, gauge, GPU utilization (ratio 0-1).\n")
+    plan_49, _ = plan_counters(parse_counters(csv, "t.csv"), frozenset(IMPLEMENTED), "test")
+    shared = GpuSnapshot(SHARED.identity, values={**NVML, **with_base_units(NVML)})
+    exclusive = GpuSnapshot(EXCLUSIVE.identity,
+                            values={**EXCLUSIVE.values, **with_base_units(EXCLUSIVE.values)})
+    families = dcgm_families(NodeSnapshot((shared, exclusive)), plan_49, None, ATTRIBUTION,
+                             True, PodContext(usage=USAGE))
+    values = {line.split('pod="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+              for line in series(families, "DCGM_FI_DEV_FB_USED_BYTES")}
+    assert values == {"pod-a": str(3 * MIB + 5), "pod-b": str(MIB), "pod-c": "0",
+                      "pod-d": str(500 * MIB)}
+    ratios = {line.split('pod="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+              for line in series(families, "DCGM_FI_DEV_GPU_UTIL_RATIO")}
+    assert ratios == {"pod-a": "0.460000", "pod-b": "0.900000", "pod-c": "0.000000",
+                      "pod-d": "0.120000"}
 
 
 def test_split_util_capped_at_100() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_enricher.cli.main import default_counters_path
 from gpu_enricher.collector.loop import Collector, CollectorOptions
+from gpu_enricher.fields.collection import default_counters_path
 from gpu_enricher.fields.counters import load_counters
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource

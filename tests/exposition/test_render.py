@@ -2,6 +2,7 @@
 
 import gzip
 
+import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -275,14 +276,24 @@ def test_legacy_names_export_under_their_own_name_with_the_fields_values() -> No
     assert parsed["dcgm_power_usage"].samples[0].value == 16.365
 
 
-def test_hostname_label_name_is_chosen_in_place_everywhere() -> None:
+def test_hostname_label_names_are_chosen_in_place_everywhere() -> None:
+    """Both host labels (the default, issue 31) in the one label's place, Hostname first; or
+    the one chosen. The rest of the text is byte for byte the same."""
     plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
-    lower = Hostname("node-a", "hostname")
+    lower = Hostname("node-a", ("hostname",))
     text = Exposition.from_families(dcgm_families(snapshot(), plan, lower)).text.decode()
     assert GOLDEN.replace('Hostname="node-a"', 'hostname="node-a"') == text
     assert "Hostname" not in text
     assert Exposition.from_families(
-        dcgm_families(snapshot(), plan, Hostname("node-a"))).text.decode() == GOLDEN
+        dcgm_families(snapshot(), plan, Hostname("node-a", ("Hostname",)))).text.decode() == GOLDEN
+    both = Exposition.from_families(dcgm_families(snapshot(), plan, Hostname("node-a")))
+    assert both.text.decode() == GOLDEN.replace('Hostname="node-a"',
+                                                'Hostname="node-a",hostname="node-a"')
     own = {f.name: f for f in self_families(snapshot(), {}, lower, "test")}
     assert all(s.labels["hostname"] == "node-a" and "Hostname" not in s.labels
                for s in own["gpu_enricher_gpu_up"].samples)
+    own = {f.name: f for f in self_families(snapshot(), {}, Hostname("node-a"), "test")}
+    assert all(s.labels["hostname"] == s.labels["Hostname"] == "node-a"
+               for s in own["gpu_enricher_gpu_up"].samples)
+    with pytest.raises(ValueError, match="one or both of"):
+        Hostname("node-a", ("HOSTNAME",))

@@ -2116,16 +2116,27 @@ struct mem_values {
     unsigned long long total, reserved, used, free;
 };
 
+/* FAKE_NVML_MEMORY_SLACK_BYTES: bytes (< 1 MiB) added to the total and to the used memory of
+ * every GPU and instance, so that byte counts are not whole MiB (as on real boards) while
+ * the MiB figures stay the same. Read at each call. */
+static unsigned long long memory_slack(void)
+{
+    const char *s = getenv("FAKE_NVML_MEMORY_SLACK_BYTES");
+    unsigned long long slack = s ? strtoull(s, NULL, 10) : 0ull;
+    return slack < MIB ? slack : 0ull;
+}
+
 static void memory_of(const struct dev_ref *r, struct mem_values *m)
 {
+    unsigned long long slack = memory_slack();
     if (r->is_mig) {
-        m->total = r->gi->profile->memory_mb * MIB;
+        m->total = r->gi->profile->memory_mb * MIB + slack;
         m->reserved = 0;
-        m->used = 100ull * r->gi->gi_id * MIB;
+        m->used = 100ull * r->gi->gi_id * MIB + slack;
     } else {
-        m->total = GPU_MEMORY_TOTAL;
+        m->total = GPU_MEMORY_TOTAL + slack;
         m->reserved = GPU_MEMORY_RESERVED;
-        m->used = 1024ull * (r->gpu + 1ull) * MIB;
+        m->used = 1024ull * (r->gpu + 1ull) * MIB + slack;
     }
     m->free = m->total - m->reserved - m->used;
 }

@@ -36,9 +36,29 @@ def test_nothing_set_and_no_default_file_is_the_bundled_list(image: Path) -> Non
     collection = load_collection(CountersSources(image_dir=image))
     assert collection.counters == load_counters(default_counters_path())
     assert collection.origin == (f"counters file {default_counters_path()} (no -f given and no "
-                                 "/etc/dcgm-exporter/default-counters.csv: the bundled list)")
+                                 "/etc/dcgm-exporter/default-counters.csv: the bundled classic "
+                                 "list)")
     # Watched: a customMetrics ConfigMap mounted there later is a reload.
     assert collection.watched == (image / "default-counters.csv",)
+
+
+def test_naming_4_9_bundles_dcgm_exporter_4_9s_names_where_the_bundled_list_stands_in(
+        image: Path) -> None:
+    """--naming 4.9: the bundled list is the 4.9 one, with no file and for an absent file of
+    dcgm-exporter's image (the GPU Operator's dcp-metrics-included.csv); a file that is there
+    is read as it is, whatever its names."""
+    bundled = load_counters(default_counters_path("4.9"))
+    assert "DCGM_FI_DEV_GPU_UTIL_RATIO" in {line.field for line in bundled}
+    nothing = load_collection(CountersSources(image_dir=image, naming="4.9"))
+    assert nothing.counters == bundled
+    assert nothing.origin.endswith(": the bundled 4.9 list)")
+    absent = load_collection(CountersSources(ETC / "dcp-metrics-included.csv", "-f/--collectors",
+                                             image_dir=image, naming="4.9"))
+    assert absent.counters == bundled
+    (image / "dcp-metrics-included.csv").write_text(TEMP)
+    present = load_collection(CountersSources(ETC / "dcp-metrics-included.csv",
+                                              "-f/--collectors", image_dir=image, naming="4.9"))
+    assert [line.field for line in present.counters] == ["DCGM_FI_DEV_GPU_TEMP"]
 
 
 def test_nothing_set_reads_dcgm_exporters_default_path_when_it_exists(image: Path) -> None:

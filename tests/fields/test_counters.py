@@ -17,6 +17,7 @@ from gpu_enricher.fields.counters import (
     value_field,
 )
 from gpu_enricher.fields.legacy_names import LEGACY_FIELDS
+from gpu_enricher.fields.namings import RENAMES, Rename
 from gpu_enricher.fields.table import IMPLEMENTED
 from tests.reference import dcgm_counters_csv
 
@@ -245,12 +246,12 @@ def test_other_spellings_of_an_implemented_field_export_under_their_own_name() -
     assert [(m.name, m.field) for m in plan.metrics] == [
         ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "DCGM_FI_DEV_GPU_TEMP"),
         ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP")]
-    assert plan.label_fields == ()
-    assert warnings == (
-        "a.csv:3: DCGM_FI_SYSTEM_DRIVER_VERSION as a 'label' field must be spelled "
-        "DCGM_FI_DRIVER_VERSION; skipped",
-        "a.csv:4: dcgm_gpu_temp (DCGM 1.x name of DCGM_FI_DEV_GPU_TEMP) as a 'label' field must "
-        "be spelled DCGM_FI_DEV_GPU_TEMP; skipped")
+    # A label is named as its line writes it, as dcgm-exporter names it (4.9's driver-version
+    # label), with the value of the field the name resolves to.
+    assert plan.labels == (("DCGM_FI_SYSTEM_DRIVER_VERSION", "DCGM_FI_DRIVER_VERSION"),
+                           ("dcgm_gpu_temp", "DCGM_FI_DEV_GPU_TEMP"))
+    assert plan.sampled_fields == {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DRIVER_VERSION"}
+    assert warnings == ()
 
 
 def test_unknown_lowercase_name_is_an_error() -> None:
@@ -421,3 +422,44 @@ def test_text_that_cannot_be_encoded_is_refused() -> None:
     # parse_counters is pure and takes any str; a lone surrogate could never be rendered.
     with pytest.raises(CountersFileError, match=r"^s\.csv:1: not UTF-8 text: surrogates"):
         parse_counters("DCGM_FI_DEV_GPU_TEMP, gauge, \ud800\n", "s.csv")
+
+
+WRONG_TYPE = {"gauge": "counter", "counter": "gauge", "label": "gauge"}
+
+
+@pytest.mark.parametrize("rename", RENAMES, ids=lambda r: r.current)
+def test_a_dcgm_4_7_name_with_a_type_that_contradicts_it_names_file_and_line(
+        rename: Rename) -> None:
+    wrong = WRONG_TYPE[rename.prom_type]
+    text = f"DCGM_FI_DEV_GPU_TEMP, gauge, ok\n{rename.current}, {wrong}, help\n"
+    with pytest.raises(CountersFileError) as err:
+        parse_counters(text, "c.csv")
+    message = str(err.value)
+    assert message.startswith(f"c.csv:2: {rename.current} is a {rename.prom_type} (")
+    assert f"name of {rename.classic}" in message and f"not a '{wrong}'" in message
+    # Its own type, or a label (any field may be one, as in dcgm-exporter), is taken.
+    assert parse_counters(f"{rename.current}, {rename.prom_type}, h\n", "c.csv")
+    assert parse_counters(f"{rename.current}, label, h\n", "c.csv")
+
+
+def test_a_classic_name_keeps_dcgm_exporters_tolerance_of_types() -> None:
+    """dcgm-exporter 4.8.3 turned NVLINK_BANDWIDTH_TOTAL from counter to gauge in its own
+    file: both are taken for the classic names, whose files users already run."""
+    for prom_type in ("counter", "gauge"):
+        assert parse_counters(f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, {prom_type}, h\n", "c.csv")
+
+
+@pytest.mark.parametrize("name", ["DCGM_FI_DEV_SM_CLOCK_HERTS", "DCGM_FI_DEV_FB_USED_BYTE",
+                                  "DCGM_FI_DEV_GPU_UTIL_PERCENT"])
+def test_a_name_neither_classic_nor_dcgm_4_7_is_an_unknown_field(name: str) -> None:
+    with pytest.raises(CountersFileError, match=rf"^n\.csv:1: unknown field '{name}'"):
+        parse_counters(f"{name}, gauge, h\n", "n.csv")
+
+
+def test_gpu_util_ratio_is_dcgm_4_7s_ratio_not_dcgm_4_6s_percent() -> None:
+    """DCGM 4.6 named field 203 (an integer percent) DCGM_FI_DEV_GPU_UTIL_RATIO; DCGM 4.7 gives
+    that name to its own field 1613, a 0..1 ratio, which dcgm-exporter 4.9 serves."""
+    assert DCGM_FIELD_IDS["DCGM_FI_DEV_GPU_UTIL_RATIO"] == 1613
+    assert DCGM_FIELD_IDS["DCGM_FI_DEV_GPU_UTIL"] == 203
+    assert value_field("DCGM_FI_DEV_GPU_UTIL_RATIO") == "DCGM_FI_DEV_GPU_UTIL_RATIO"
+    assert IMPLEMENTED["DCGM_FI_DEV_GPU_UTIL_RATIO"].convert(76) == 0.76

@@ -93,6 +93,11 @@ def test_metrics_file_is_absolute_or_next_to_the_config_file() -> None:
      " help: x}\n", ":4:52: metrics.fields[0].prometheusType: unknown metric type 'gage'"),
     ("version: 1\nmetrics:\n  fields:\n    - {name: DCGM_FI_NOPE, prometheusType: gauge, help: x}"
      "\n", ":4:14: metrics.fields[0].name: unknown field 'DCGM_FI_NOPE'"),
+    # A DCGM 4.7 name typed against its grammar, as in a counters file (issue 31).
+    ("version: 1\nmetrics:\n  fields:\n    - {name: DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL, "
+     "prometheusType: gauge, help: x}\n", ":4:14: metrics.fields[0].name: "
+     "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL is a counter (DCGM 4.6.1's name of "
+     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ → whole J), not a 'gauge'"),
     ("version: 1\nmetrics:\n  fields:\n"
      "    - {name: DCGM_FI_DEV_GPU_UTIL, prometheusType: gauge, help: a}\n"
      "    - {name: DCGM_FI_DEV_GPU_UTIL, prometheusType: gauge, help: b}\n",

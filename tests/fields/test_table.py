@@ -3,6 +3,7 @@
 import pytest
 
 from gpu_enricher.exposition.render import format_value
+from gpu_enricher.fields import convert as conv
 from gpu_enricher.fields.catalog import is_known_field
 from gpu_enricher.fields.spec import MemoryInfo, ValueFormat
 from gpu_enricher.fields.table import IMPLEMENTED, PROFILING_FIELDS
@@ -44,5 +45,9 @@ def test_table_is_consistent() -> None:
         assert (spec.fmt is ValueFormat.TEXT) == (spec.prom_type == "label"), name
     assert {n for n in IMPLEMENTED if n.startswith("DCGM_FI_PROF_")} == PROFILING_FIELDS
     fb = [s for s in IMPLEMENTED.values() if isinstance(s.source, MemoryInfo)]
+    # Each pick twice: the classic MiB field and DCGM 4.7's bytes (fields/namings.py).
     assert sorted(s.source.pick for s in fb if isinstance(s.source, MemoryInfo)) == [
-        "free", "reserved", "total", "used"]
+        "free", "free", "reserved", "reserved", "total", "total", "used", "used"]
+    assert {s.name for s in fb if s.convert is conv.as_int} == {
+        "DCGM_FI_DEV_FB_CAPACITY_BYTES", "DCGM_FI_DEV_FB_FREE_BYTES",
+        "DCGM_FI_DEV_FB_USED_BYTES", "DCGM_FI_DEV_FB_RESERVED_BYTES"}

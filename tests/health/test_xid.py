@@ -159,6 +159,10 @@ def test_last_xid_with_err_code_and_err_msg() -> None:
     ]
 
 
+DRIVER_LABEL = (("DCGM_FI_DRIVER_VERSION", "DCGM_FI_DRIVER_VERSION"),)
+"""A counters file's `DCGM_FI_DRIVER_VERSION, label` line: (label name, field)."""
+
+
 def test_label_fields_then_attributes_sorted_with_the_pods() -> None:
     """As dcgm-exporter's published output: `…,Hostname,DCGM_FI_DRIVER_VERSION,container,
     err_code,err_msg,namespace,pod,pod_uid`."""
@@ -167,7 +171,7 @@ def test_label_fields_then_attributes_sorted_with_the_pods() -> None:
             return [SeriesCopy()]
         return [SeriesCopy(attributes=(("container", "cuda"), ("namespace", "default"),
                                        ("pod", "cuda-1"), ("pod_uid", "")))]
-    opts = EventFamilyOptions(hostname="node-a", label_fields=("DCGM_FI_DRIVER_VERSION",),
+    opts = EventFamilyOptions(hostname="node-a", label_fields=DRIVER_LABEL,
                               series=pods)
     assert lines(xid_errors_family(NODE, EMPTY_XIDS, opts))[0] == (
         f'DCGM_FI_DEV_XID_ERRORS{{{HEAD0},Hostname="node-a",'
@@ -176,7 +180,7 @@ def test_label_fields_then_attributes_sorted_with_the_pods() -> None:
 
 
 def test_xid_count_window_labels_and_zero_series() -> None:
-    opts = EventFamilyOptions(hostname=None, label_fields=("DCGM_FI_DRIVER_VERSION",),
+    opts = EventFamilyOptions(hostname=None, label_fields=DRIVER_LABEL,
                               xid_window_ms=10_000)
     assert lines(xid_count_family(NODE, XIDS, opts, now=100.0)) == [
         f'DCGM_EXP_XID_ERRORS_COUNT{{{HEAD0},DCGM_FI_DRIVER_VERSION="580.105.08",'
@@ -197,7 +201,7 @@ def test_totals_dcgm_and_ours() -> None:
         f'DCGM_EXP_XID_ERRORS_TOTAL{{{HEAD0},Hostname="node-a",xid="13"}} 1',
         f'DCGM_EXP_XID_ERRORS_TOTAL{{{HEAD0},Hostname="node-a",xid="79"}} 2',
     ]
-    own = own_xid_counter_family(NODE, XIDS, Hostname("node-a", "hostname"))
+    own = own_xid_counter_family(NODE, XIDS, Hostname("node-a", ("hostname",)))
     assert lines(own) == [
         f'gpu_enricher_xid_errors_total{{{HEAD0},hostname="node-a",xid="13"}} 1',
         f'gpu_enricher_xid_errors_total{{{HEAD0},hostname="node-a",xid="79"}} 2',

@@ -11,6 +11,7 @@ import pytest
 
 from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.fields.counters import parse_counters
+from gpu_enricher.fields.namings import BY_CLASSIC
 from gpu_enricher.fields.table import IMPLEMENTED
 from gpu_enricher.model import NodeSnapshot
 from gpu_enricher.nvml.backend import NvmlBackend
@@ -130,6 +131,7 @@ def test_lost_gpu_is_isolated_counted_and_retried(
     assert g1.identity == healthy.gpus[1].identity, "a lost GPU keeps its last known labels"
     moving = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"} | {  # NVLink bandwidth: 0, then a rate
         name for name in g0.values if name.startswith("DCGM_FI_DEV_NVLINK_BANDWIDTH_")}
+    moving |= {BY_CLASSIC[name].current for name in moving}  # their DCGM 4.7 twins
     assert g0.values == healthy.gpus[0].values | {name: g0.values[name] for name in moving}
     assert g2.healthy and g2.values["DCGM_FI_DEV_GPU_TEMP"] == 32
     assert [(e.reason, e.gpu_index) for e in snap.errors] == [("GpuIsLost", 1)]

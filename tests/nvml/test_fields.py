@@ -13,6 +13,7 @@ import pytest
 
 from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.exposition.render import format_value
+from gpu_enricher.fields.convert import nvlink_bytes_per_second, nvlink_classic
 from gpu_enricher.fields.counters import load_counters, parse_counters, plan_counters
 from gpu_enricher.fields.spec import (
     DeviceCall,
@@ -24,7 +25,7 @@ from gpu_enricher.fields.spec import (
     ValueFormat,
 )
 from gpu_enricher.fields.table import IMPLEMENTED
-from gpu_enricher.model import NodeSnapshot
+from gpu_enricher.model import FieldValue, NodeSnapshot
 from gpu_enricher.nvml.backend import NvmlBackend
 from gpu_enricher.nvml.fields import NvlinkRates
 from tests.fake_nvml.build import FakeNvml
@@ -47,15 +48,18 @@ INFOROM = ("DCGM_FI_DEV_OEM_INFOROM_VER", "DCGM_FI_DEV_ECC_INFOROM_VER",
            "DCGM_FI_DEV_POWER_INFOROM_VER", "DCGM_FI_DEV_INFOROM_IMAGE_VER")
 CLOCK_EVENTS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
 RETIRED = ("DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_RETIRED_PENDING")
-# The fake's FAKE_NVML_NOT_SUPPORTED key → the series it removes.
+# The fake's FAKE_NVML_NOT_SUPPORTED key → the series it removes (a classic field's DCGM 4.7
+# twin in a base unit, read from the same answer, goes with it).
 BY_KEY: dict[str, tuple[str, ...]] = {
-    "violation": VIOLATIONS,
+    "violation": (*VIOLATIONS, "DCGM_FI_DEV_GPU_POWER_THROTTLE_SECONDS_TOTAL"),
     "clock_events": CLOCK_EVENTS,
     "retired": RETIRED,
-    "nvlink": NVLINK_ERRORS + BANDWIDTH,
+    "nvlink": (*NVLINK_ERRORS, *BANDWIDTH, "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
+               *(f"DCGM_FI_DEV_NVLINK_THROUGHPUT_L{link}_BYTES_PER_SECOND"
+                 for link in range(18))),
     "license": ("DCGM_FI_DEV_VGPU_LICENSE_STATUS",),
     "power_limit": POWER_LIMITS,
-    "fan": ("DCGM_FI_DEV_FAN_SPEED",),
+    "fan": ("DCGM_FI_DEV_FAN_SPEED", "DCGM_FI_DEV_FAN_SPEED_RATIO"),
     "pstate": ("DCGM_FI_DEV_PSTATE",),
     "inforom": INFOROM,
     "brand": ("DCGM_FI_DEV_BRAND",),
@@ -248,15 +252,24 @@ def test_nvlink_bandwidth_is_a_rate_between_two_passes(
 
 
 def test_nvlink_rate_arithmetic() -> None:
+    """The counters' delta, in DCGM's classic "MB/s" (ΔKiB / Δs / 1000, integers) and in
+    DCGM 4.7's bytes/s (ΔKiB * 1024 / Δs) from the same delta."""
     rates = NvlinkRates()
-    assert rates.rate("GPU-a", 0, 1_000, 1_000_000) == 0, "first reading"
-    assert rates.rate("GPU-a", 0, 3_000, 2_000_000) == 2, "2000 KiB in 1 s: 2"
-    assert rates.rate("GPU-b", 0, 5_000, 2_000_000) == 0, "per GPU"
-    assert rates.rate("GPU-a", 1, 5_000, 2_000_000) == 0, "per link"
-    assert rates.rate("GPU-a", 0, 3_000, 2_000_000) == 0, "same timestamp: 0"
-    assert rates.rate("GPU-a", 0, 10, 3_000_000) == 0, "counters reset: start over"
-    assert rates.rate("GPU-a", 0, 1_000_010, 3_500_000) == 2000
-    assert rates.rate("GPU-a", 0, 0, 4_000_000) == 0, "a zero total: 0, as DCGM"
+
+    def rate(uuid: str, scope: int, total: int, stamp: int) -> tuple[FieldValue, FieldValue]:
+        delta = rates.rate(uuid, scope, total, stamp)
+        return nvlink_classic(delta), nvlink_bytes_per_second(delta)
+
+    assert rate("GPU-a", 0, 1_000, 1_000_000) == (0, 0), "first reading"
+    assert rate("GPU-a", 0, 3_000, 2_000_000) == (2, 2_048_000), "2000 KiB in 1 s"
+    assert rate("GPU-b", 0, 5_000, 2_000_000) == (0, 0), "per GPU"
+    assert rate("GPU-a", 1, 5_000, 2_000_000) == (0, 0), "per link"
+    assert rate("GPU-a", 0, 3_000, 2_000_000) == (0, 0), "same timestamp: 0"
+    assert rate("GPU-a", 0, 10, 3_000_000) == (0, 0), "counters reset: start over"
+    assert rate("GPU-a", 0, 1_000_010, 3_500_000) == (2000, 2_048_000_000)
+    assert rate("GPU-a", 0, 0, 4_000_000) == (0, 0), "a zero total: 0, as DCGM"
+    assert rate("GPU-a", 0, 1_999, 4_500_000) == (3, 4_093_952), "from the zero: 1999 KiB in 0.5 s"
+    assert rate("GPU-a", 0, 2_998, 5_500_000) == (0, 1_022_976), "999 KiB/s: 0 MB/s, exact B/s"
 
 
 async def test_exposition_and_labels_through_the_collector(

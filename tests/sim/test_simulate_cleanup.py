@@ -18,7 +18,7 @@ import pytest
 
 from gpu_enricher import app
 from gpu_enricher.assembly import counters_sources
-from gpu_enricher.cli.main import parse_config
+from gpu_enricher.cli.settings import parse_config
 from gpu_enricher.fields.collection import load_collection
 from gpu_enricher.sim.backend import SimulatedBackend
 from gpu_enricher.sim.cluster import SimulatedCluster

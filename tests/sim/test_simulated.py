@@ -11,6 +11,7 @@ import pytest
 
 from gpu_enricher.collector.loop import Collector, CollectorOptions
 from gpu_enricher.fields.counters import parse_counters
+from gpu_enricher.fields.namings import RENAMES, Scale, to_classic
 from gpu_enricher.fields.table import IMPLEMENTED
 from gpu_enricher.sim.backend import SimulatedBackend
 from gpu_enricher.sim.scenario import ScenarioError, builtin_scenario, load_scenario
@@ -428,3 +429,21 @@ def test_a_null_text_value_is_refused_at_its_line(tmp_path: Path, template: str,
         load_scenario(path)
     assert str(err.value) == (f"{path}:{line}: {key}: expected a string, got nothing "
                               "(null, ~ or no value)"), text
+
+
+def test_the_base_unit_fields_are_the_simulated_readings_in_their_units() -> None:
+    """`--simulate --naming 4.9`: every DCGM 4.7 field in a base unit has a value wherever its
+    classic reading has one (GPUs and MIG instances), in the relation of the units."""
+    sim, _ = backend()
+    snap = sim.sample(ALL)
+    for gpu in snap.gpus:
+        for values in (gpu.values, *(inst.values for inst in gpu.instances)):
+            for rename in (r for r in RENAMES if r.new_field):
+                assert (rename.current in values) == (rename.classic in values), rename.current
+                if rename.current in values:
+                    assert to_classic(rename.scale, values[rename.current]) == (
+                        values[rename.classic] // 1000 * 1000
+                        if rename.scale is Scale.JOULES else values[rename.classic])
+    h100 = snap.gpus[0].values
+    assert h100["DCGM_FI_DEV_GPU_UTIL_RATIO"] == int(h100["DCGM_FI_DEV_GPU_UTIL"]) / 100
+    assert h100["DCGM_FI_DEV_FB_USED_BYTES"] == int(h100["DCGM_FI_DEV_FB_USED"]) * 2**20

@@ -25,8 +25,8 @@ from aiohttp import web
 
 from gpu_enricher.app import make_app
 from gpu_enricher.assembly import make_collector
-from gpu_enricher.cli.main import default_counters_path
 from gpu_enricher.config import Config
+from gpu_enricher.fields.collection import default_counters_path
 from gpu_enricher.fields.counters import load_counters
 from gpu_enricher.sim.backend import SimulatedBackend
 from gpu_enricher.sim.scenario import builtin_scenario

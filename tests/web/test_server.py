@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from gpu_enricher.app import make_app
 from gpu_enricher.assembly import make_collector
 from gpu_enricher.backend import BackendUnavailable
-from gpu_enricher.cli.main import default_counters_path
 from gpu_enricher.config import Config
+from gpu_enricher.fields.collection import default_counters_path
 from gpu_enricher.fields.counters import load_counters
 from gpu_enricher.model import NodeSnapshot
 from gpu_enricher.sim.backend import SimulatedBackend

@@ -8,7 +8,9 @@ from typing import Final
 
 from ..exposition.label_drop import refusal
 from ..exposition.shape import DeviceOptionError, parse_selection
+from ..fields.collection import NAMINGS
 from ..fields.exporter_config import MIN_INTERVAL_MS
+from ..fields.names import HOSTNAME_LABEL_NAMES
 
 DEFAULT_ADDRESS: Final = ":9400"
 DEFAULT_INTERVAL_MS: Final = 5000
@@ -167,10 +169,21 @@ def parse_regexes(text: str) -> tuple[str, ...]:
     return patterns
 
 
-def parse_hostname_label_name(text: str) -> str:
-    """`Hostname` (dcgm-exporter's releases) or `hostname` (its main branch, #655)."""
-    if text not in ("Hostname", "hostname"):
-        raise UsageError(f"invalid hostname label name {text!r}: expected Hostname or hostname")
+def parse_hostname_label_name(text: str) -> tuple[str, ...]:
+    """The host label's names: `both` (the default: `Hostname` and `hostname`), `Hostname`
+    (dcgm-exporter up to 4.8.2) or `hostname` (from 4.6.0-4.8.3 on, #655)."""
+    if text == "both":
+        return HOSTNAME_LABEL_NAMES
+    if text not in HOSTNAME_LABEL_NAMES:
+        raise UsageError(f"invalid hostname label name {text!r}: expected both, Hostname or "
+                         "hostname")
+    return (text,)
+
+
+def parse_naming(text: str) -> str:
+    """`--naming`: classic or 4.9 (fields/collection.py's NAMINGS)."""
+    if text not in NAMINGS:
+        raise UsageError(f"invalid naming {text!r}: expected {' or '.join(NAMINGS)}")
     return text
 
 

@@ -33,6 +33,7 @@ from .flag_values import (
     parse_max_connections,
     parse_max_scrapes,
     parse_names,
+    parse_naming,
     parse_optional_path,
     parse_poll_interval,
     parse_read_header_timeout,
@@ -60,8 +61,15 @@ OPTIONS: Final = (
            "[HOST]:PORT"),
     Option("collectors", "f", Path,
            "counters CSV in dcgm-exporter's syntax (default: the config file's metrics, else "
-           "/etc/dcgm-exporter/default-counters.csv when it exists, else the bundled list)",
+           "/etc/dcgm-exporter/default-counters.csv when it exists, else the bundled list of "
+           "--naming)",
            "PATH"),
+    Option("naming", None, parse_naming,
+           "the bundled counters' names when no file is given (or a file of dcgm-exporter's "
+           "image is absent): classic (default: dcgm-exporter up to 4.8) or 4.9 (dcgm-exporter "
+           "4.9's: DCGM 4.7 names, eleven in base units: Hz, J, ratio, bytes, bytes/s; "
+           "docs/namings.md); a counters file is served under the names it writes either way",
+           "classic|4.9"),
     Option("config-file", None, parse_optional_path,
            "dcgm-exporter 4.8.3's YAML configuration (version: 1; metrics.file or "
            "metrics.fields; collection.interval; collection.watchGroups, read at their own "
@@ -82,11 +90,12 @@ OPTIONS: Final = (
            "window of DCGM_EXP_XID_ERRORS_COUNT in milliseconds (default 300000)", "MS"),
     Option("clock-events-count-window-size", None, parse_window,
            "window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds (default 300000)", "MS"),
-    Option("no-hostname", "n", None, "omit the Hostname label"),
+    Option("no-hostname", "n", None, "omit the host label (Hostname and hostname)"),
     Option("hostname-label-name", None, parse_hostname_label_name,
-           "the host label's name: Hostname (default, as dcgm-exporter's releases) or hostname "
-           "(as dcgm-exporter's main branch since #655), on every series that has it",
-           "Hostname|hostname"),
+           "the host label's name on every series that has it: both (default: Hostname and "
+           "hostname, so queries written for dcgm-exporter up to 4.8.2 and from 4.8.3 on both "
+           "work), Hostname (up to 4.8.2) or hostname (4.8.3 and later, #655)",
+           "both|Hostname|hostname"),
     Option("devices", "d", parse_devices,
            "which GPUs and MIG GPU instances get series, as dcgm-exporter: f (default: the GPU "
            "instances of a GPU that has some, every other GPU whole), g[:IDS] (GPUs by index, "

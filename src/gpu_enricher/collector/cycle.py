@@ -185,7 +185,7 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
         jobs = job_attributes((inputs.jobs or NO_JOBS).of(*key))
         return [SeriesCopy(c.labels, (*c.attributes, *job)) for c in found for job in jobs]
 
-    event_options = EventFamilyOptions(options.hostname, inputs.plan.label_fields,
+    event_options = EventFamilyOptions(options.hostname, inputs.plan.labels,
                                        options.xid_window_ms, options.clock_events_window_ms,
                                        copies, options.drop_labels, options.devices,
                                        options.style)

@@ -2,8 +2,10 @@
 labelled families. Pure."""
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
 
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, EntityKey, Holder
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
@@ -18,7 +20,11 @@ from .label_drop import kept
 from .render import Family, Sample, format_value, label_pairs
 from .shape import FLEX, PLAIN_STYLE, DeviceSelection, LabelStyle, monitored
 
-SPLIT_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL")
+# A shared device's values split per pod (`_split`), under both namings (fields/namings.py).
+FB_USED, FB_USED_BYTES = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED_BYTES"
+GPU_UTIL, GPU_UTIL_RATIO = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"
+_NOTHING_USED: Final[Mapping[str, FieldValue]] = MappingProxyType(
+    {FB_USED: 0, FB_USED_BYTES: 0, GPU_UTIL: 0, GPU_UTIL_RATIO: 0.0})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +91,7 @@ def entity_labels(
     gpu: GpuSnapshot,
     instance: GpuInstance | None,
     hostname: str | None,
-    label_fields: tuple[str, ...],
+    label_fields: Sequence[tuple[str, str]],
     parent_values: Mapping[str, FieldValue],
     drop: frozenset[str] = frozenset(),
     style: LabelStyle = PLAIN_STYLE,
@@ -97,8 +103,8 @@ def entity_labels(
         head.append((names.LABEL_GPU_I_PROFILE, instance.profile))
         head.append((names.LABEL_GPU_I_ID, str(instance.gpu_instance_id)))
     if hostname is not None:
-        head.append(names.hostname_pair(hostname))
-    fields = [(field, _label_text(value)) for field in label_fields
+        head.extend(names.hostname_pairs(hostname))
+    fields = [(name, _label_text(value)) for name, field in label_fields
               if (value := parent_values.get(field)) is not None]
     return style.pairs(kept(head, drop)), kept(fields, drop)
 
@@ -163,12 +169,13 @@ def _split(key: EntityKey, holder: Holder, pods: PodContext,
         return {}
     found = pods.usage.get((key, holder.namespace, holder.pod))
     if found is None or not first_of_pod:
-        return {"DCGM_FI_DEV_FB_USED": 0, "DCGM_FI_DEV_GPU_UTIL": 0}
+        return _NOTHING_USED
     memory, sm = found
-    if sm is None:
-        return {"DCGM_FI_DEV_FB_USED": memory // MIB}
-    return {"DCGM_FI_DEV_FB_USED": memory // MIB,
-            "DCGM_FI_DEV_GPU_UTIL": min(100, round(100 * sm))}
+    split: dict[str, FieldValue] = {FB_USED: memory // MIB, FB_USED_BYTES: memory}
+    if sm is not None:
+        utilization = min(100, round(100 * sm))
+        split |= {GPU_UTIL: utilization, GPU_UTIL_RATIO: utilization / 100}
+    return split
 
 
 def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey,
@@ -205,7 +212,7 @@ def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
     result: list[Entity] = []
     for gpu, inst in monitored(snapshot, devices):
         key = (gpu.identity.index, inst.gpu_instance_id if inst is not None else None)
-        labels = entity_labels(gpu, inst, hostname, plan.label_fields, gpu.values,
+        labels = entity_labels(gpu, inst, hostname, plan.labels, gpu.values,
                                pods.drop, pods.style)
         result.extend(_with_holders(gpu, inst, key, labels,
                                     holdings(key, attribution, virtual_gpus), virtual_gpus,

@@ -23,8 +23,10 @@ DROPPABLE: Final[Mapping[str, str]] = MappingProxyType({
     names.LABEL_DEVICE: "nvidia<gpu>, one per GPU",
     names.LABEL_MODEL_NAME: "one per GPU",
     names.LABEL_GPU_I_PROFILE: "one per MIG instance (gpu, GPU_I_ID)",
-    names.LABEL_HOSTNAME: "one per node, the scrape target (the same as -n/--no-hostname)",
-    "hostname": "one per node, the scrape target (the same as -n/--no-hostname)",
+    names.LABEL_HOSTNAME: "one per node, the scrape target (the other name stays; dropping both "
+                          "is -n/--no-hostname)",
+    names.LABEL_HOSTNAME_LOWER: "one per node, the scrape target (the other name stays; "
+                                "dropping both is -n/--no-hostname)",
     names.LABEL_POD_UID: "one per pod (namespace, pod)",
     names.LABEL_PROCESS_NAME: "one per process (gpu, pid)",
     names.LABEL_PROCESS_TYPE: "one per process (gpu, pid)",

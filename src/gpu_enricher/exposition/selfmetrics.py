@@ -64,7 +64,7 @@ def self_families(
     families = [_family(f"{P}build_info", "gauge", "Build information; the value is always 1.",
                         [(build, 1)])]
     if snapshot is not None:
-        host = [names.hostname_pair(hostname)] if hostname is not None else []
+        host = names.hostname_pairs(hostname) if hostname is not None else []
         families.append(_family(
             f"{P}gpu_up", "gauge",
             "Whether the GPU answered its queries in the last pass (1) or failed (0).",

@@ -4,8 +4,9 @@ table, field → NVML source → conversion → value format (`table.py`, its vo
 `spec.py`, NVML's answers in dcgm-exporter's units in `convert.py`); the counters CSV and the
 plan built from it (`counters.py`, the bundled `default-counters.csv`); where the counters come
 from (`collection.py`) and dcgm-exporter's config file (`exporter_config.py`, Go's syntax in
-`go_syntax.py`); the label names and their order (`names.py`). Pure, but for reading the
-counters and config files through `files`.
+`go_syntax.py`); dcgm-exporter's two namings, classic and DCGM 4.7's, with each name's unit
+(`namings.py`, the bundled `default-counters-4.9.csv`); the label names and their order
+(`names.py`). Pure, but for reading the counters and config files through `files`.
 
 May import: `model`, `files`. Imported by: nearly every part; it imports none of them.
 """

@@ -3,13 +3,24 @@
 Data only: no logic beyond a membership test.
 
 * ``DCGM_FIELD_IDS`` maps every ``DCGM_FI_*`` field identifier defined in DCGM's public
-  header ``dcgmlib/dcgm_fields.h`` to its numeric field id. The header used is the one in
+  header ``dcgmlib/dcgm_fields.h`` to its numeric field id. The base is the header in
   NVIDIA/DCGM at commit 51b65ccebf9d61e6593713a7d6b68e594d9d7975 (CMake project version
-  4.6.0, the DCGM line pinned by dcgm-exporter 4.8.x). That header renamed many fields
+  4.6.0, the DCGM line pinned by dcgm-exporter 4.8.3). That header renamed many fields
   (e.g. ``DCGM_FI_DEV_GPU_TEMP`` became ``DCGM_FI_DEV_GPU_TEMP_CELSIUS``) and keeps the old
   spellings as deprecated aliases; both spellings are listed here and map to the same id.
+  Added to it: DCGM 4.6.1's names (the header go-dcgm b7fa31542404 vendors as
+  ``pkg/dcgm/dcgm_fields.h``): its renames of existing ids and its base-unit fields 1600-1612
+  (``DCGM_FI_DEV_SM_CLOCK_HERTZ``, ``DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL``, …), which are new
+  ids beside the legacy ones, not aliases. And DCGM 4.7's base-unit fields whose names are
+  known (1613-1617, 1625-1628, 1630-1649, marked ``# DCGM 4.7 (secondary source)``): no DCGM
+  4.7 header was reachable, so these come from NVIDIA's 4.7 field reference as a secondary
+  text quotes it (docs/namings.md says which). DCGM 4.7 moves ``DCGM_FI_DEV_GPU_UTIL_RATIO``
+  from id 203 (an integer percent in 4.6, whose alias was ``DCGM_FI_DEV_GPU_UTIL``) to its
+  own id 1613, a 0..1 ratio, and ``DCGM_FI_DEV_GPU_UTIL`` names 203 again: this catalog
+  follows 4.7. The 4.7 ids whose names no source gave (1618-1624, 1629, 1650) are absent, so
+  a counters line naming one is an unknown field.
   Entries are sorted by id; within one id the current name comes first, then the aliases
-  (marked ``# deprecated alias``) in alphabetical order.
+  (marked ``# deprecated alias``).
 * ``DCGM_EXPORTER_FIELDS`` holds the ``DCGM_EXP_*`` pseudo-fields that dcgm-exporter
   computes itself (internal/pkg/counters in NVIDIA/dcgm-exporter, version 4.8.4).
 
@@ -20,7 +31,7 @@ sentinels rather than fields: ``DCGM_FI_FIRST_VGPU_FIELD_ID`` (520),
 ``DCGM_FI_FIRST_NVSWITCH_FIELD_ID`` (700), ``DCGM_FI_LAST_NVSWITCH_FIELD_ID`` (899),
 ``DCGM_FI_MAX_NVSWITCH_FIELDS``, ``DCGM_FI_DEV_FIRST_CONNECTX_FIELD_ID`` (1300, same id as
 ``DCGM_FI_DEV_CONNECTX_HEALTH``), ``DCGM_FI_DEV_LAST_CONNECTX_FIELD_ID`` (1399) and
-``DCGM_FI_MAX_FIELDS`` (1534).
+``DCGM_FI_MAX_FIELDS`` (1534 in 4.6.0, 1613 in 4.6.1, 1651 in 4.7).
 """
 
 from collections.abc import Mapping
@@ -175,8 +186,7 @@ DCGM_FIELD_IDS: Final[Mapping[str, int]] = MappingProxyType(
         "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": 201,
         "DCGM_FI_DEV_PCIE_REPLAY_TOTAL": 202,
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 202,  # deprecated alias
-        "DCGM_FI_DEV_GPU_UTIL_RATIO": 203,
-        "DCGM_FI_DEV_GPU_UTIL": 203,  # deprecated alias
+        "DCGM_FI_DEV_GPU_UTIL": 203,  # DCGM 4.7: the current name again (4.6: an alias of _RATIO)
         "DCGM_FI_DEV_MEM_COPY_UTIL": 204,
         "DCGM_FI_DEV_PROCESS_ACCOUNTING_STATS": 205,
         "DCGM_FI_DEV_ACCOUNTING_DATA": 205,  # deprecated alias
@@ -859,11 +869,16 @@ DCGM_FIELD_IDS: Final[Mapping[str, int]] = MappingProxyType(
         "DCGM_FI_PROF_FP64_CYCLES_ACTIVE_TOTAL": 1094,
         "DCGM_FI_PROF_FP32_CYCLES_ACTIVE_TOTAL": 1095,
         "DCGM_FI_PROF_FP16_CYCLES_ACTIVE_TOTAL": 1096,
-        "DCGM_FI_DEV_CPU_UTIL_TOTAL": 1100,
-        "DCGM_FI_DEV_CPU_UTIL_USER": 1101,
-        "DCGM_FI_DEV_CPU_UTIL_NICE": 1102,
-        "DCGM_FI_DEV_CPU_UTIL_SYS": 1103,
-        "DCGM_FI_DEV_CPU_UTIL_IRQ": 1104,
+        "DCGM_FI_DEV_CPU_UTIL_RATIO": 1100,
+        "DCGM_FI_DEV_CPU_UTIL_TOTAL": 1100,  # deprecated alias
+        "DCGM_FI_DEV_CPU_UTIL_USER_RATIO": 1101,
+        "DCGM_FI_DEV_CPU_UTIL_USER": 1101,  # deprecated alias
+        "DCGM_FI_DEV_CPU_UTIL_NICE_RATIO": 1102,
+        "DCGM_FI_DEV_CPU_UTIL_NICE": 1102,  # deprecated alias
+        "DCGM_FI_DEV_CPU_UTIL_SYS_RATIO": 1103,
+        "DCGM_FI_DEV_CPU_UTIL_SYS": 1103,  # deprecated alias
+        "DCGM_FI_DEV_CPU_UTIL_IRQ_RATIO": 1104,
+        "DCGM_FI_DEV_CPU_UTIL_IRQ": 1104,  # deprecated alias
         "DCGM_FI_DEV_CPU_TEMP_CELSIUS": 1110,
         "DCGM_FI_DEV_CPU_TEMP_CURRENT": 1110,  # deprecated alias
         "DCGM_FI_DEV_CPU_TEMP_WARNING_CELSIUS": 1111,
@@ -875,8 +890,10 @@ DCGM_FIELD_IDS: Final[Mapping[str, int]] = MappingProxyType(
         "DCGM_FI_DEV_CPU_POWER_UTIL_CURRENT": 1130,  # deprecated alias
         "DCGM_FI_DEV_CPU_POWER_LIMIT_WATTS": 1131,
         "DCGM_FI_DEV_CPU_POWER_LIMIT": 1131,  # deprecated alias
-        "DCGM_FI_DEV_SYSIO_POWER_UTIL_CURRENT": 1132,
-        "DCGM_FI_DEV_MODULE_POWER_UTIL_CURRENT": 1133,
+        "DCGM_FI_DEV_SYSIO_POWER_WATTS": 1132,
+        "DCGM_FI_DEV_SYSIO_POWER_UTIL_CURRENT": 1132,  # deprecated alias
+        "DCGM_FI_DEV_MODULE_POWER_WATTS": 1133,
+        "DCGM_FI_DEV_MODULE_POWER_UTIL_CURRENT": 1133,  # deprecated alias
         "DCGM_FI_DEV_CPU_VENDOR": 1140,
         "DCGM_FI_DEV_CPU_MODEL": 1141,
         "DCGM_FI_DEV_NVLINK_TX_PACKET_TOTAL": 1200,
@@ -899,7 +916,8 @@ DCGM_FIELD_IDS: Final[Mapping[str, int]] = MappingProxyType(
         "DCGM_FI_DEV_NVLINK_COUNT_RX_GENERAL_ERRORS": 1208,  # deprecated alias
         "DCGM_FI_DEV_NVLINK_INTEGRITY_ERROR_TOTAL": 1209,
         "DCGM_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS": 1209,  # deprecated alias
-        "DCGM_FI_DEV_NVLINK_COUNT_TX_DISCARDS": 1210,
+        "DCGM_FI_DEV_NVLINK_TX_DISCARD_TOTAL": 1210,
+        "DCGM_FI_DEV_NVLINK_COUNT_TX_DISCARDS": 1210,  # deprecated alias
         "DCGM_FI_DEV_NVLINK_RECOVERY_SUCCESSFUL_TOTAL": 1211,
         "DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS": 1211,  # deprecated alias
         "DCGM_FI_DEV_NVLINK_RECOVERY_FAILED_TOTAL": 1212,
@@ -925,35 +943,58 @@ DCGM_FIELD_IDS: Final[Mapping[str, int]] = MappingProxyType(
         "DCGM_FI_DEV_CONNECTX_ACTIVE_PCIE_LINK_SPEED": 1302,
         "DCGM_FI_DEV_CONNECTX_EXPECT_PCIE_LINK_WIDTH": 1303,
         "DCGM_FI_DEV_CONNECTX_EXPECT_PCIE_LINK_SPEED": 1304,
-        "DCGM_FI_DEV_CONNECTX_CORRECTABLE_ERR_STATUS": 1305,
-        "DCGM_FI_DEV_CONNECTX_CORRECTABLE_ERR_MASK": 1306,
+        "DCGM_FI_DEV_CONNECTX_CORRECTABLE_ERROR_STATUS": 1305,
+        "DCGM_FI_DEV_CONNECTX_CORRECTABLE_ERR_STATUS": 1305,  # deprecated alias
+        "DCGM_FI_DEV_CONNECTX_CORRECTABLE_ERROR_MASK": 1306,
+        "DCGM_FI_DEV_CONNECTX_CORRECTABLE_ERR_MASK": 1306,  # deprecated alias
         "DCGM_FI_DEV_CONNECTX_UNCORRECTABLE_ERROR_STATUS": 1307,
         "DCGM_FI_DEV_CONNECTX_UNCORRECTABLE_ERR_STATUS": 1307,  # deprecated alias
         "DCGM_FI_DEV_CONNECTX_UNCORRECTABLE_ERROR_MASK": 1308,
         "DCGM_FI_DEV_CONNECTX_UNCORRECTABLE_ERR_MASK": 1308,  # deprecated alias
         "DCGM_FI_DEV_CONNECTX_UNCORRECTABLE_ERROR_SEVERITY": 1309,
         "DCGM_FI_DEV_CONNECTX_UNCORRECTABLE_ERR_SEVERITY": 1309,  # deprecated alias
-        "DCGM_FI_DEV_CONNECTX_DEVICE_TEMPERATURE": 1310,
-        "DCGM_FI_DEV_C2C_LINK_ERROR_INTR": 1400,
-        "DCGM_FI_DEV_C2C_LINK_ERROR_REPLAY": 1401,
-        "DCGM_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B": 1402,
-        "DCGM_FI_DEV_C2C_LINK_POWER_STATE": 1403,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_0": 1404,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_1": 1405,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_2": 1406,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_3": 1407,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_4": 1408,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_5": 1409,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_6": 1410,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_7": 1411,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_8": 1412,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_9": 1413,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_10": 1414,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_11": 1415,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_12": 1416,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_13": 1417,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_14": 1418,
-        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_15": 1419,
+        "DCGM_FI_DEV_CONNECTX_TEMP_CELSIUS": 1310,
+        "DCGM_FI_DEV_CONNECTX_DEVICE_TEMPERATURE": 1310,  # deprecated alias
+        "DCGM_FI_DEV_C2C_LINK_ERROR_TOTAL": 1400,
+        "DCGM_FI_DEV_C2C_LINK_ERROR_INTR": 1400,  # deprecated alias
+        "DCGM_FI_DEV_C2C_LINK_REPLAY_ERROR_TOTAL": 1401,
+        "DCGM_FI_DEV_C2C_LINK_ERROR_REPLAY": 1401,  # deprecated alias
+        "DCGM_FI_DEV_C2C_LINK_REPLAY_ERROR_B2B_TOTAL": 1402,
+        "DCGM_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B": 1402,  # deprecated alias
+        "DCGM_FI_DEV_C2C_LINK_POWER_STATUS": 1403,
+        "DCGM_FI_DEV_C2C_LINK_POWER_STATE": 1403,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_0_TOTAL": 1404,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_0": 1404,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_1_TOTAL": 1405,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_1": 1405,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_2_TOTAL": 1406,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_2": 1406,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_3_TOTAL": 1407,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_3": 1407,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_4_TOTAL": 1408,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_4": 1408,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_5_TOTAL": 1409,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_5": 1409,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_6_TOTAL": 1410,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_6": 1410,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_7_TOTAL": 1411,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_7": 1411,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_8_TOTAL": 1412,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_8": 1412,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_9_TOTAL": 1413,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_9": 1413,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_10_TOTAL": 1414,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_10": 1414,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_11_TOTAL": 1415,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_11": 1415,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_12_TOTAL": 1416,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_12": 1416,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_13_TOTAL": 1417,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_13": 1417,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_14_TOTAL": 1418,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_14": 1418,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_FEC_HISTORY_15_TOTAL": 1419,
+        "DCGM_FI_DEV_NVLINK_COUNT_FEC_HISTORY_15": 1419,  # deprecated alias
         "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP_NS": 1420,
         "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST_NS": 1421,
         "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN_NS": 1422,
@@ -962,12 +1003,15 @@ DCGM_FIELD_IDS: Final[Mapping[str, int]] = MappingProxyType(
         "DCGM_FI_DEV_PWR_SMOOTHING_ENABLED": 1425,
         "DCGM_FI_DEV_PWR_SMOOTHING_PRIV_LVL": 1426,
         "DCGM_FI_DEV_PWR_SMOOTHING_IMM_RAMP_DOWN_ENABLED": 1427,
-        "DCGM_FI_DEV_PWR_SMOOTHING_APPLIED_TMP_CEIL": 1428,
-        "DCGM_FI_DEV_PWR_SMOOTHING_APPLIED_TMP_FLOOR": 1429,
+        "DCGM_FI_DEV_PWR_SMOOTHING_APPLIED_TMP_CEIL_WATTS": 1428,
+        "DCGM_FI_DEV_PWR_SMOOTHING_APPLIED_TMP_CEIL": 1428,  # deprecated alias
+        "DCGM_FI_DEV_PWR_SMOOTHING_APPLIED_TMP_FLOOR_WATTS": 1429,
+        "DCGM_FI_DEV_PWR_SMOOTHING_APPLIED_TMP_FLOOR": 1429,  # deprecated alias
         "DCGM_FI_DEV_PWR_SMOOTHING_MAX_PERCENT_TMP_FLOOR_SETTING": 1430,
         "DCGM_FI_DEV_PWR_SMOOTHING_MIN_PERCENT_TMP_FLOOR_SETTING": 1431,
         "DCGM_FI_DEV_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING": 1432,
-        "DCGM_FI_DEV_PWR_SMOOTHING_MAX_NUM_PRESET_PROFILES": 1433,
+        "DCGM_FI_DEV_PWR_SMOOTHING_MAX_PRESET_PROFILES": 1433,
+        "DCGM_FI_DEV_PWR_SMOOTHING_MAX_NUM_PRESET_PROFILES": 1433,  # deprecated alias
         "DCGM_FI_DEV_PWR_SMOOTHING_PROFILE_PERCENT_TMP_FLOOR": 1434,
         "DCGM_FI_DEV_PWR_SMOOTHING_PROFILE_RAMP_UP_RATE": 1435,
         "DCGM_FI_DEV_PWR_SMOOTHING_PROFILE_RAMP_DOWN_RATE": 1436,
@@ -983,8 +1027,10 @@ DCGM_FIELD_IDS: Final[Mapping[str, int]] = MappingProxyType(
         "DCGM_FI_IMEX_DAEMON_STATUS": 1503,
         "DCGM_FI_DEV_MEMORY_UNREPAIRABLE": 1507,
         "DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG": 1507,  # deprecated alias
-        "DCGM_FI_DEV_NVLINK_GET_STATE": 1508,
-        "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_PORT_XMIT_WAIT": 1509,
+        "DCGM_FI_DEV_NVLINK_LINK_STATUS": 1508,
+        "DCGM_FI_DEV_NVLINK_GET_STATE": 1508,  # deprecated alias
+        "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL": 1509,
+        "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_PORT_XMIT_WAIT": 1509,  # deprecated alias
         "DCGM_FI_DEV_GPU_RECOVERY_ACTION": 1523,
         "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": 1523,  # deprecated alias
         "DCGM_FI_DEV_NVSWITCH_FIRMWARE_VERSION": 1524,
@@ -997,6 +1043,48 @@ DCGM_FIELD_IDS: Final[Mapping[str, int]] = MappingProxyType(
         "DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_PER_LINK": 1531,
         "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK": 1532,
         "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_LINK": 1533,
+        "DCGM_FI_DEV_BAR1_CAPACITY_BYTES": 1600,
+        "DCGM_FI_DEV_BAR1_USED_BYTES": 1601,
+        "DCGM_FI_DEV_BAR1_FREE_BYTES": 1602,
+        "DCGM_FI_DEV_SM_CLOCK_HERTZ": 1603,
+        "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ": 1604,
+        "DCGM_FI_DEV_VIDEO_CLOCK_HERTZ": 1605,
+        "DCGM_FI_DEV_SM_APP_CLOCK_HERTZ": 1606,
+        "DCGM_FI_DEV_MEMORY_APP_CLOCK_HERTZ": 1607,
+        "DCGM_FI_DEV_SM_MAX_CLOCK_HERTZ": 1608,
+        "DCGM_FI_DEV_MEMORY_MAX_CLOCK_HERTZ": 1609,
+        "DCGM_FI_DEV_VIDEO_MAX_CLOCK_HERTZ": 1610,
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL": 1611,
+        "DCGM_FI_DEV_FAN_SPEED_RATIO": 1612,
+        "DCGM_FI_DEV_GPU_UTIL_RATIO": 1613,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_MEMORY_UTIL_RATIO": 1614,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_ENC_UTIL_RATIO": 1615,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_DEC_UTIL_RATIO": 1616,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_GPU_POWER_THROTTLE_SECONDS_TOTAL": 1617,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_FB_CAPACITY_BYTES": 1625,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_FB_FREE_BYTES": 1626,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_FB_USED_BYTES": 1627,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_FB_RESERVED_BYTES": 1628,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L0_BYTES_PER_SECOND": 1630,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L1_BYTES_PER_SECOND": 1631,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L2_BYTES_PER_SECOND": 1632,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L3_BYTES_PER_SECOND": 1633,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L4_BYTES_PER_SECOND": 1634,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L5_BYTES_PER_SECOND": 1635,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L6_BYTES_PER_SECOND": 1636,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L7_BYTES_PER_SECOND": 1637,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L8_BYTES_PER_SECOND": 1638,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L9_BYTES_PER_SECOND": 1639,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L10_BYTES_PER_SECOND": 1640,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L11_BYTES_PER_SECOND": 1641,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L12_BYTES_PER_SECOND": 1642,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L13_BYTES_PER_SECOND": 1643,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L14_BYTES_PER_SECOND": 1644,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L15_BYTES_PER_SECOND": 1645,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L16_BYTES_PER_SECOND": 1646,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_L17_BYTES_PER_SECOND": 1647,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND": 1648,  # DCGM 4.7 (secondary source)
+        "DCGM_FI_DEV_VGPU_FB_USED_BYTES": 1649,  # DCGM 4.7 (secondary source)
     }
 )
 

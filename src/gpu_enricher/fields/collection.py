@@ -8,7 +8,7 @@ The counters, first that applies:
 2. the config file's `metrics` (`file:` or inline `fields:`);
 3. `/etc/dcgm-exporter/default-counters.csv` when it exists: dcgm-exporter's own default `-f`,
    where its chart 4.8.3 (which passes no `-f`) mounts the user's `customMetrics`;
-4. the bundled list.
+4. the bundled list of `--naming` (classic, or dcgm-exporter 4.9's names).
 
 `load_collection` reads them (at start, and again at every reload: a file that appears,
 changes or goes away is seen) and says which it took and why, for the INFO line at start.
@@ -34,10 +34,15 @@ log = logging.getLogger(__name__)
 
 DCGM_IMAGE_DIR: Final = Path("/etc/dcgm-exporter")
 DEFAULT_COUNTERS_NAME: Final = "default-counters.csv"
+NAMINGS: Final = ("classic", "4.9")
+"""`--naming`: which bundled list is the default. classic: dcgm-exporter's names up to 4.8;
+4.9: the same fields under dcgm-exporter 4.9's names (DCGM 4.7's, in base units)."""
+_BUNDLED: Final = {"classic": "default-counters.csv", "4.9": "default-counters-4.9.csv"}
 
 
-def default_counters_path() -> Path:
-    return Path(str(resources.files(__package__).joinpath("default-counters.csv")))
+def default_counters_path(naming: str = "classic") -> Path:
+    """The bundled list of `naming` (one of NAMINGS)."""
+    return Path(str(resources.files(__package__).joinpath(_BUNDLED[naming])))
 
 
 class ConfigMapError(CountersFileError):
@@ -55,6 +60,11 @@ class CountersSources:
     config_map: tuple[str, str] | None = None
     """-m: (`NAMESPACE/NAME`, the text of its `metrics` key), read through the API by the
     caller (at start, then on each change the watch sees)."""
+    naming: str = "classic"  # --naming: which bundled list stands in for a missing file
+
+    @property
+    def bundled(self) -> Path:
+        return default_counters_path(self.naming)
 
     def local(self, path: Path) -> Path:
         """`path` with /etc/dcgm-exporter read from `image_dir`."""
@@ -85,7 +95,7 @@ def _image_file(sources: CountersSources, path: Path,
     if PurePosixPath(path).is_relative_to(DCGM_IMAGE_DIR) and not local.exists():
         log.warning("%s is a counters file of dcgm-exporter's image and is not here; using "
                     "gpu-enricher's bundled counters (mount your own file to keep yours)", path)
-        return default_counters_path(), f"{named_by} names {path}, which is absent", local
+        return sources.bundled, f"{named_by} names {path}, which is absent", local
     return local, f"named by {named_by}", local
 
 
@@ -110,9 +120,9 @@ def _counters(sources: CountersSources, config: ExporterConfig | None
                                      f"{DCGM_IMAGE_DIR / DEFAULT_COUNTERS_NAME} exists"), default
     else:
         # Watched while absent: a customMetrics ConfigMap mounted after the start is a reload.
-        path, why, watch = default_counters_path(), (
+        path, why, watch = sources.bundled, (
             f"no -f given and no {DCGM_IMAGE_DIR / DEFAULT_COUNTERS_NAME}: the bundled "
-            "list"), default
+            f"{sources.naming} list"), default
     return load_counters(path), f"counters file {path} ({why})", (watch,)
 
 

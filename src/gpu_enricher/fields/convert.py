@@ -2,11 +2,44 @@
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ..model import FieldValue
 
 MIB: Final = 1 << 20
+NVLINK_BYTES_PER_CLASSIC_UNIT: Final = 1024 * 1000
+"""The classic NVLink figure is ΔKiB / Δs / 1000 (DCGM's "MB/s"); bytes/s is ΔKiB * 1024 / Δs."""
+
+
+class NvlinkDelta(NamedTuple):
+    """NVLink's RX + TX KiB counters between two passes: what both NVLink units are made of."""
+
+    kib: int
+    microseconds: int
+
+
+def nvlink_classic(raw: Any) -> FieldValue:
+    """DCGM's `DCGM_FI_DEV_NVLINK_BANDWIDTH_*` ("MB/s"): int(ΔKiB / Δs / 1000), in integers so
+    that a steady counter gives the same figure every time."""
+    return int(raw.kib) * 1000 // int(raw.microseconds)
+
+
+def nvlink_bytes_per_second(raw: Any) -> FieldValue:
+    """DCGM 4.7's `…_BYTES_PER_SECOND`: ΔKiB * 1024 / Δs."""
+    return int(raw.kib) * 1024 * 1_000_000 // int(raw.microseconds)
+
+
+def mhz_to_hz(raw: Any) -> FieldValue:
+    return int(raw) * 1_000_000
+
+
+def milli_to_whole(raw: Any) -> FieldValue:
+    """mJ → whole J, as DCGM's integer `DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL`."""
+    return int(raw) // 1000
+
+
+def nanos_to_seconds(raw: Any) -> FieldValue:
+    return int(raw) / 1e9
 
 
 def as_int(raw: Any) -> FieldValue:

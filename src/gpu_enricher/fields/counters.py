@@ -19,6 +19,7 @@ from typing import Final
 from ..files import FileReadError, read_regular_file
 from .catalog import DCGM_FIELD_IDS, is_known_field
 from .legacy_names import LEGACY_FIELDS
+from .namings import BY_CURRENT, Scale
 from .spec import ValueFormat
 from .table import IMPLEMENTED
 
@@ -60,11 +61,19 @@ class CounterPlan:
     """What each pass samples and each render prints."""
 
     metrics: tuple[MetricField, ...]
-    label_fields: tuple[str, ...]  # sorted: dcgm-exporter's label order
+    labels: tuple[tuple[str, str], ...]
+    """(label name: a `label` line's FIELD as written, the implemented field whose value it
+    carries), sorted by name: dcgm-exporter's label order. 4.9's `DCGM_FI_SYSTEM_DRIVER_VERSION`
+    carries the value of `DCGM_FI_DRIVER_VERSION`, the same DCGM field."""
+
+    @property
+    def label_fields(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.labels)
 
     @property
     def sampled_fields(self) -> frozenset[str]:
-        return frozenset(m.field for m in self.metrics) | frozenset(self.label_fields)
+        return (frozenset(m.field for m in self.metrics)
+                | frozenset(field for _, field in self.labels))
 
 
 def _implemented_by_id() -> Mapping[int, str]:
@@ -144,6 +153,16 @@ def counter_line(field: str, prom_type: str, help_text: str, path: str, line_no:
         raise CountersFileError(
             f"{where}: unknown field {_excerpt(field)}: not a DCGM_FI_* or DCGM_EXP_* field "
             "nor a DCGM 1.x name (dcgm_sm_clock, …) that dcgm-exporter knows"
+        )
+    rename = BY_CURRENT.get(field)
+    if rename is not None and prom_type.lower() not in (rename.prom_type, "label"):
+        # A DCGM 4.7 name says what it is (…_TOTAL a counter, a ratio or a unit a gauge, the
+        # driver version a text): a line that contradicts it would mistype the series.
+        unit = "" if rename.scale is Scale.SAME else f", {rename.scale.value}"
+        raise CountersFileError(
+            f"{where}: {field} is a {rename.prom_type} ({rename.since}'s name of "
+            f"{rename.classic}{unit}), not a {_excerpt(prom_type)}: write "
+            f"'{field}, {rename.prom_type}, <help>'"
         )
     return CounterLine(field, prom_type.lower(), help_text, path, line_no)
 
@@ -237,7 +256,7 @@ def plan_counters(
     """Keep the lines this backend can deliver; return the plan and one warning per skip."""
     warnings: list[str] = []
     metrics: list[MetricField] = []
-    labels: set[str] = set()
+    labels: dict[str, str] = {}
     seen: dict[str, str] = {}
     for line in lines:
         field = value_field(line.field)
@@ -257,13 +276,10 @@ def plan_counters(
                 f"{line.where}: {named} cannot be delivered by the {backend_name} backend "
                 "on this host; skipped"
             )
-        elif line.prom_type == "label" and field != line.field:
-            # A label is named after its field's value key; other spellings are for series.
-            warnings.append(
-                f"{line.where}: {named} as a 'label' field must be spelled {field}; skipped"
-            )
         elif line.prom_type == "label":
-            labels.add(line.field)
+            # Named as the line writes it (4.9's DCGM_FI_SYSTEM_DRIVER_VERSION), the value of
+            # the field it resolves to, as dcgm-exporter names a label after its counters line.
+            labels[line.field] = field
             seen[line.field] = line.where
         elif IMPLEMENTED[field].fmt is ValueFormat.TEXT:
             warnings.append(
@@ -273,4 +289,4 @@ def plan_counters(
         else:
             metrics.append(MetricField(line.field, line.prom_type, line.help, field))
             seen[line.field] = line.where
-    return CounterPlan(tuple(metrics), tuple(sorted(labels))), tuple(warnings)
+    return CounterPlan(tuple(metrics), tuple(sorted(labels.items()))), tuple(warnings)

@@ -14,9 +14,11 @@ LABEL_MODEL_NAME: Final = "modelName"
 LABEL_GPU_I_PROFILE: Final = "GPU_I_PROFILE"
 LABEL_GPU_I_ID: Final = "GPU_I_ID"
 LABEL_HOSTNAME: Final = "Hostname"
-HOSTNAME_LABEL_NAMES: Final = (LABEL_HOSTNAME, "hostname")
-"""The host label's names: dcgm-exporter's releases say `Hostname` (the default); its main
-branch says `hostname` (#655), not yet released (`--hostname-label-name`)."""
+LABEL_HOSTNAME_LOWER: Final = "hostname"
+HOSTNAME_LABEL_NAMES: Final = (LABEL_HOSTNAME, LABEL_HOSTNAME_LOWER)
+"""The host label's names: dcgm-exporter says `Hostname` up to 4.5.x-4.8.2 and `hostname` from
+4.6.0-4.8.3 on (its #655). A series carries both by default, so that queries written for either
+release keep working (`--hostname-label-name` picks one, `-n` none)."""
 LABEL_CONTAINER: Final = "container"
 LABEL_NAMESPACE: Final = "namespace"
 LABEL_POD: Final = "pod"
@@ -52,24 +54,28 @@ SELF_PREFIX: Final = "gpu_enricher_"
 
 
 class Hostname(str):
-    """This node's name, the host label's value, carrying the label's name (`Hostname`, or
-    `hostname` with `--hostname-label-name`). Everywhere else it is the plain string (the
-    JSON API's `hostname`); a plain `str` host name is labelled `Hostname`."""
+    """This node's name, the host label's value, carrying the label's names (both by default,
+    or the one `--hostname-label-name` chose), in the order they are printed. Everywhere else
+    it is the plain string (the JSON API's `hostname`); a plain `str` host name is labelled
+    `Hostname` only."""
 
-    label: str
+    labels: tuple[str, ...]
 
-    def __new__(cls, value: str, label: str = LABEL_HOSTNAME) -> "Hostname":
-        if label not in HOSTNAME_LABEL_NAMES:
-            raise ValueError(f"host label name {label!r} is not one of {HOSTNAME_LABEL_NAMES}")
+    def __new__(cls, value: str,
+                labels: tuple[str, ...] = HOSTNAME_LABEL_NAMES) -> "Hostname":
+        if not labels or len(set(labels)) != len(labels) or not set(labels) <= set(
+                HOSTNAME_LABEL_NAMES):
+            raise ValueError(f"host label names {labels!r}: one or both of "
+                             f"{HOSTNAME_LABEL_NAMES}")
         self = super().__new__(cls, value)
-        self.label = label
+        self.labels = tuple(name for name in HOSTNAME_LABEL_NAMES if name in labels)
         return self
 
 
-def hostname_pair(hostname: str) -> tuple[str, str]:
-    """The host label of a series: (its name, this node's name)."""
-    label = hostname.label if isinstance(hostname, Hostname) else LABEL_HOSTNAME
-    return label, str(hostname)
+def hostname_pairs(hostname: str) -> list[tuple[str, str]]:
+    """The host labels of a series: (name, this node's name) for each of its names."""
+    labels = hostname.labels if isinstance(hostname, Hostname) else (LABEL_HOSTNAME,)
+    return [(label, str(hostname)) for label in labels]
 
 
 def device_name(index: int) -> str:

@@ -55,9 +55,10 @@ class NvmlFieldValue:
 @dataclass(frozen=True, slots=True)
 class NvlinkThroughput:
     """NVLink data throughput as DCGM gives it: the RX + TX KiB counters (NVML field values
-    139 and 138, scope = the link, or all links) turned into a rate between two passes,
-    int(ΔKiB / Δs / 1000), 0 on the first pass. The rate's state is per GPU in the backend
-    (`nvml_fields.NvlinkRates`); the counters ride in the device's one field-value batch."""
+    139 and 138, scope = the link, or all links) between two passes, a `convert.NvlinkDelta`
+    (none on the first pass), which the field's conversion turns into DCGM's "MB/s"
+    (int(ΔKiB / Δs / 1000)) or bytes/s. The last reading is per GPU in the backend
+    (`nvml/fields.NvlinkRates`); the counters ride in the device's one field-value batch."""
 
     link: int | None  # None: all links (scope 0xFFFFFFFF)
 

@@ -4,12 +4,14 @@ Adding a field is one `FieldSpec` entry: what to read (fields/spec.py's sources)
 answer into dcgm-exporter's unit (fields/convert.py), and how it is shown.
 """
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
 from ..model import FieldValue
 from . import convert as conv
+from .namings import RENAMES, Rename, Scale
 from .spec import (
     DeviceCall,
     EventCount,
@@ -170,10 +172,11 @@ _SPECS: Final = (
           "Total number of NVLink recovery errors.", prom_type="counter", slow=True),
     # NVLink throughput as DCGM computes it (see NvlinkThroughput), every pass.
     _spec("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", NvlinkThroughput(None),
-          "Total number of NVLink bandwidth counters for all lanes."),
+          "Total number of NVLink bandwidth counters for all lanes.",
+          convert=conv.nvlink_classic),
     *(_spec(f"DCGM_FI_DEV_NVLINK_BANDWIDTH_L{link}", NvlinkThroughput(link),
             f"NVLink bandwidth counter of link {link}: active rx and tx data including "
-            "header and payload.")
+            "header and payload.", convert=conv.nvlink_classic)
       for link in range(NVLINK_MAX_DCGM_LINKS)),
     # vGPU licensing: NOT_SUPPORTED on a GPU without vGPU. ~0.18 ms per call on an H100 and
     # it changes only when a licence is granted or lost: slow cadence.
@@ -248,16 +251,42 @@ _SPECS: Final = (
           convert=conv.mib_per_s_to_bytes, fmt=ValueFormat.FLOAT, mig=MigScope.PARENT),
 )
 
-IMPLEMENTED: Final[Mapping[str, FieldSpec]] = MappingProxyType({s.name: s for s in _SPECS})
-"""Every field gpu-enricher can export, by DCGM name."""
+# DCGM 4.6.1/4.7's fields in a base unit (fields/namings.py): new DCGM ids, each read from its
+# classic field's NVML answer (the same source, so one call serves both names in a pass) and
+# converted at full precision (bytes from NVML's byte counts, not MiB * 2^20).
+_BASE_UNIT: Final[Mapping[Scale, tuple[Callable[[Any], FieldValue | None], ValueFormat]]] = (
+    MappingProxyType({
+        Scale.HERTZ: (conv.mhz_to_hz, ValueFormat.INT),
+        Scale.JOULES: (conv.milli_to_whole, ValueFormat.INT),
+        Scale.RATIO: (conv.percent_to_ratio, ValueFormat.FLOAT),
+        Scale.BYTES: (conv.as_int, ValueFormat.INT),
+        Scale.BYTES_PER_SECOND: (conv.nvlink_bytes_per_second, ValueFormat.INT),
+        Scale.SECONDS: (conv.nanos_to_seconds, ValueFormat.FLOAT),
+    }))
+
+
+def _in_base_unit(rename: Rename, classic: FieldSpec) -> FieldSpec:
+    convert, fmt = _BASE_UNIT[rename.scale]
+    return dataclasses.replace(classic, name=rename.current, convert=convert, fmt=fmt,
+                               help=rename.help, prom_type=rename.prom_type)
+
+
+_CLASSIC: Final = {s.name: s for s in _SPECS}
+IMPLEMENTED: Final[Mapping[str, FieldSpec]] = MappingProxyType({
+    **_CLASSIC,
+    **{r.current: _in_base_unit(r, _CLASSIC[r.classic]) for r in RENAMES if r.new_field},
+})
+"""Every field gpu-enricher can export, by DCGM name: the classic ones and DCGM 4.7's in a base
+unit. (Other DCGM 4.6/4.7 spellings of an implemented id resolve to it: counters.value_field.)"""
 
 PROFILING_FIELDS: Final = frozenset(
-    s.name for s in _SPECS if isinstance(s.source, GpmMetric)
+    s.name for s in IMPLEMENTED.values() if isinstance(s.source, GpmMetric)
 )
 
 P2P_FIELD: Final = "DCGM_EXP_P2P_STATUS"
 """Read by the NVML backend's own path (nvml/topology.py) when planned."""
 
-EVENT_FIELDS: Final = frozenset(s.name for s in _SPECS if isinstance(s.source, EventCount))
+EVENT_FIELDS: Final = frozenset(s.name for s in IMPLEMENTED.values()
+                                if isinstance(s.source, EventCount))
 """Fields counted from events (XIDs, clock-event reasons) or built from several readings (health,
 P2P): not a plain value of a backend pass."""

@@ -84,8 +84,9 @@ SeriesHook = Callable[[GpuSnapshot, GpuInstance | None], Sequence[SeriesCopy]]
 class EventFamilyOptions:
     hostname: str | None = None
     """The host label's value (a `names.Hostname` carries the label's name); None: `-n`."""
-    label_fields: tuple[str, ...] = ()
-    """The plan's label-type fields (sorted), from each GPU's values, as exposition/join.py."""
+    label_fields: tuple[tuple[str, str], ...] = ()
+    """The plan's label-type fields, (label name, field), sorted, from each GPU's values, as
+    exposition/join.py."""
     xid_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
     series: SeriesHook | None = None
@@ -196,7 +197,7 @@ def own_xid_counter_family(node: NodeSnapshot, xids: XidSnapshot,
         totals = xids.gpu(gpu.identity.uuid).totals if gpu.identity.uuid else {}
         head = identity_pairs(gpu)
         if hostname is not None:
-            head.append(names.hostname_pair(hostname))
+            head.extend(names.hostname_pairs(hostname))
         head = kept(head, drop)
         samples += [Sample(label_pairs([*head, (LABEL_XID, str(xid))]), str(totals[xid]),
                            "_total") for xid in sorted(totals)]

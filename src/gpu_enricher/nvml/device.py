@@ -10,6 +10,7 @@ from typing import Any, Final, Protocol
 
 import pynvml
 
+from ..fields.convert import NvlinkDelta
 from ..fields.spec import (
     DeviceCall,
     FieldSpec,
@@ -192,8 +193,8 @@ class DeviceReader:
             self.prefetch_field_values([NvmlFieldValue(*key)])
         return self._field_values.get(key)
 
-    def _nvlink_rate(self, source: NvlinkThroughput) -> int | None:
-        """DCGM's NVLink bandwidth: RX + TX KiB counters as a rate since the last pass."""
+    def _nvlink_rate(self, source: NvlinkThroughput) -> NvlinkDelta | None:
+        """DCGM's NVLink throughput: RX + TX KiB counters since the last pass."""
         rx_key, tx_key = throughput_keys(source)
         rx, tx = self._field_value(rx_key), self._field_value(tx_key)
         if rx is None or tx is None:

@@ -8,12 +8,15 @@ arithmetic is testable on its own. Runs only on the NVML thread.
 
 from typing import Final
 
+from ..fields.convert import NvlinkDelta
 from ..fields.spec import NvlinkThroughput, NvmlFieldValue, Source
 
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: Final = 138  # KiB, cumulative, per link (scope)
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: Final = 139
 ALL_LINKS_SCOPE: Final = 0xFFFFFFFF
 """The scope DCGM passes for "all NVLinks of the GPU" (UINT_MAX, given verbatim to NVML)."""
+
+NO_THROUGHPUT: Final = NvlinkDelta(0, 1)
 
 FieldKey = tuple[int, int]
 """(NVML field id, scope id) of one entry of a field-value batch."""
@@ -37,25 +40,25 @@ def field_value_keys(source: Source) -> tuple[FieldKey, ...]:
 
 class NvlinkRates:
     """The last RX + TX KiB total and its timestamp per (GPU UUID, scope): DCGM's
-    `ReadAndCacheNvLinkBandwidth`, int(ΔKiB / Δs / 1000) ("MB/s"), done in integers so that
-    a steady counter gives the same figure every time.
+    `ReadAndCacheNvLinkBandwidth`, which turns the counters into a rate between two readings
+    (fields/convert.py gives it in DCGM's "MB/s" or in bytes/s from the same delta).
 
-    As DCGM: 0 for the first reading of a link, for a zero total and for two readings with the
-    same timestamp. A total that went down (a driver reload reset the counters) starts over
-    with 0 instead of DCGM's negative figure.
+    As DCGM: no throughput (a zero delta) for the first reading of a link, for a zero total and
+    for two readings with the same timestamp. A total that went down (a driver reload reset the
+    counters) starts over with 0 instead of DCGM's negative figure.
     """
 
     def __init__(self) -> None:
         self._last: dict[tuple[str, int], tuple[int, int]] = {}
 
-    def rate(self, uuid: str, scope: int, total_kib: int, stamp_us: int) -> int:
+    def rate(self, uuid: str, scope: int, total_kib: int, stamp_us: int) -> NvlinkDelta:
         key = (uuid, scope)
         previous = self._last.get(key)
         self._last[key] = (total_kib, stamp_us)
         if previous is None or total_kib == 0:
-            return 0
+            return NO_THROUGHPUT
         delta_kib = total_kib - previous[0]
         elapsed_us = stamp_us - previous[1]
         if delta_kib < 0 or elapsed_us <= 0:
-            return 0
-        return delta_kib * 1000 // elapsed_us
+            return NO_THROUGHPUT
+        return NvlinkDelta(delta_kib, elapsed_us)

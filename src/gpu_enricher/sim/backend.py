@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from ..fields.convert import MIB
+from ..fields.namings import with_base_units
 from ..fields.table import IMPLEMENTED, P2P_FIELD
 from ..model import (
     DeviceIdentity,
@@ -158,7 +159,7 @@ class SimulatedBackend:
         processes = tuple(self._process(p, t, mig=bool(gpu.instances)) for p in gpu.processes)
         return GpuSnapshot(
             ident,
-            values={k: v for k, v in values.items() if k in fields},
+            values={k: v for k, v in with_base_units(values).items() if k in fields},
             mig_enabled=bool(instances),
             instances=instances,
             processes=processes,
@@ -245,7 +246,7 @@ class SimulatedBackend:
         }
         return GpuInstance(
             inst.gpu_instance_id, 0, inst.profile, mig_uuid(gpu.uuid, inst.gpu_instance_id),
-            {k: v for k, v in values.items() if k in fields},
+            {k: v for k, v in with_base_units(values).items() if k in fields},
             slices=_slices(inst.profile), gpu_slices=MIG_SLOTS,
         )
 
@@ -270,7 +271,6 @@ def _slices(profile: str) -> int | None:
     """A simulated profile's compute slices, as NVML's `sliceCount` gives them: `3g.40gb` → 3."""
     slices = profile.partition("g.")[0]
     return int(slices) if slices.isdigit() else None
-"""`nvmlDeviceGetMaxMigDeviceCount` of an A100 or H100."""
 
 
 def _with_entity_ids(index: int, instances: tuple[GpuInstance, ...]) -> tuple[GpuInstance, ...]:

@@ -154,7 +154,7 @@ class SimulatedCluster:
             from .fake_api.objects import config_map_object
 
             namespace, name = config.configmap
-            counters = default_counters_path().read_text(encoding="utf-8")
+            counters = default_counters_path(config.naming).read_text(encoding="utf-8")
             self.api.upsert_config_map(config_map_object(namespace, name, {"metrics": counters}))
         return dataclasses.replace(config, proc_root=self.proc_root,
                                    kubelet_log_root=self.log_root,
