@@ -56,10 +56,15 @@ def test_every_alert_has_severity_annotations_and_a_unit_test() -> None:
             for alert in check["exp_alerts"]:
                 firing.setdefault(check["alertname"], []).append(alert["exp_labels"])
     assert set(firing) == ALERTS, "every alert is shown to fire at least once"
-    # The idle alert is proven for a whole GPU and for a MIG instance, each naming its pod.
+    # The idle alert is proven for a whole GPU and for a MIG instance, each naming its pod,
+    # under the classic names (node-a) and dcgm-exporter 4.9's (node-b, `hostname` only).
     idle = firing["GpuAllocatedButIdle"]
-    assert {("GPU_I_ID" in labels, labels["pod"]) for labels in idle} == {
-        (False, "llm-trainer-0"), (True, "notebook-alice")}
+    assert {("GPU_I_ID" in labels, labels["pod"], "Hostname" in labels) for labels in idle} == {
+        (False, "llm-trainer-0", True), (True, "notebook-alice", True),
+        (False, "llm-trainer-1", False), (True, "notebook-bob", False)}
+    # The temperature alert under both namings and on a node serving both: once per GPU.
+    hot = firing["GpuTemperatureHigh"]
+    assert sorted(labels["UUID"] for labels in hot) == ["GPU-2", "GPU-a0", "GPU-b0", "GPU-c0"]
 
 
 def test_every_recording_rule_has_a_unit_test() -> None:

@@ -20,10 +20,11 @@ import pytest
 import yaml
 
 from gpu_enricher.cli.flag_values import UsageError
-from gpu_enricher.cli.main import parse_config
+from gpu_enricher.cli.settings import parse_config
 from gpu_enricher.config import Config
 from gpu_enricher.exposition.label_drop import REFUSED, refusal
 from gpu_enricher.fields.collection import CountersSources, load_collection
+from gpu_enricher.fields.names import HOSTNAME_LABEL_NAMES, Hostname
 from tests.conftest import ROOT, require_tool
 
 CHART = ROOT / "helm" / "gpu-enricher"
@@ -47,6 +48,12 @@ DRA_DRIVERS = ["gpu.nvidia.com", "gpu.example.com"]
 ALLOWLIST = ["^app(\\.kubernetes\\.io/name)?$", "^team$", "^[a-z]{2}/owner$"]
 DROP_LABELS = ["UUID", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "app_kubernetes_io_name"]
 
+def host_label_value(hostname: str | None) -> str:
+    """The chart's hostnameLabelName for a Config's host label names."""
+    assert isinstance(hostname, Hostname)
+    return "both" if hostname.labels == HOSTNAME_LABEL_NAMES else hostname.labels[0]
+
+
 # The top-level values that are one exporter flag each and nothing else in the manifests:
 # value → (flag, what the exporter's parsed Config holds for it, a value other than the
 # default). Each is rendered on every pod, its default being the exporter's (as
@@ -61,8 +68,9 @@ FLAG_VALUES: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
                            60000),
     "clockEventsCountWindowSize": ("--clock-events-count-window-size",
                                    operator.attrgetter("clock_events_window_ms"), 120000),
-    "hostnameLabelName": ("--hostname-label-name", operator.attrgetter("hostname.label"),
+    "hostnameLabelName": ("--hostname-label-name", lambda c: host_label_value(c.hostname),
                           "hostname"),
+    "naming": ("--naming", operator.attrgetter("naming"), "4.9"),
     "configCheckInterval": ("--config-check-interval",
                             operator.attrgetter("config_check_interval_ms"), 0),
     "webReadHeaderTimeout": ("--web-read-header-timeout",
@@ -302,10 +310,12 @@ def kubernetes_versions() -> list[str]:
 
 # Files.
 
-def test_default_counters_copy_is_identical() -> None:
-    """The chart's default counters are the package's own (a chart cannot read outside itself)."""
-    copy = CHART / "files" / "default-counters.csv"
-    original = ROOT / "src" / "gpu_enricher" / "fields" / "default-counters.csv"
+@pytest.mark.parametrize("name", ["default-counters.csv", "default-counters-4.9.csv"])
+def test_default_counters_copy_is_identical(name: str) -> None:
+    """The chart's default counters (each naming's) are the package's own (a chart cannot read
+    outside itself)."""
+    copy = CHART / "files" / name
+    original = ROOT / "src" / "gpu_enricher" / "fields" / name
     assert filecmp.cmp(copy, original, shallow=False), \
         f"{copy} differs from {original}: cp {original} {copy}"
 
@@ -878,7 +888,8 @@ def test_flag_value_renders_its_flag(name: str, helm: str, rendered: dict[str, R
     assert warnings == []
 
 
-@pytest.mark.parametrize("name", [n for n in FLAG_VALUES if n != "hostnameLabelName"])
+@pytest.mark.parametrize("name", [n for n in FLAG_VALUES
+                                  if n not in ("hostnameLabelName", "naming")])
 def test_schema_minimum_is_the_exporters(name: str, helm: str, tmp_path: Path) -> None:
     """The schema's minimum is the least value the exporter's parser takes: that one renders
     and parses; one less is refused by both, by helm before anything reaches a node (the

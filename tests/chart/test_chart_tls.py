@@ -21,7 +21,7 @@ import bcrypt
 import pytest
 import yaml
 
-from gpu_enricher.cli.main import parse_config
+from gpu_enricher.cli.settings import parse_config
 from gpu_enricher.web.config import parse_web_config
 from gpu_enricher.web.security import load_web_security
 from tests.app.test_process import free_port

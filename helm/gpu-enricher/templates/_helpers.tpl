@@ -67,10 +67,13 @@ default socket path lives there, whatever kubeletRoot is on the node. */}}
 /etc/gpu-enricher/counters.csv
 {{- end }}
 
-{{/* The counters file: the inline value, else the project's defaults. */}}
+{{/* The counters file: the inline value, else the project's defaults of `naming` (classic, or
+dcgm-exporter 4.9's names; "4.9" may come as a number from --set). */}}
 {{- define "gpu-enricher.counters" -}}
 {{- if .Values.counters }}
 {{- .Values.counters }}
+{{- else if eq (toString .Values.naming) "4.9" }}
+{{- .Files.Get "files/default-counters-4.9.csv" }}
 {{- else }}
 {{- .Files.Get "files/default-counters.csv" }}
 {{- end }}
