@@ -2,16 +2,19 @@
 
     .venv/bin/python bench/series.py                    # 3 nodes x process metrics off/on
     .venv/bin/python bench/series.py --drop-labels UUID,pci_bus_id,device,modelName
+    .venv/bin/python bench/series.py --drop-labels hostname     # what the second host label costs
+    .venv/bin/python bench/series.py --naming 4.9               # dcgm-exporter 4.9's names
 
 For each node (bench/scenarios.py builds its scenario file: 8 H100s; 8 H100s x 7 `1g.10gb` MIG
 instances; 8 H100s time-sliced 4 ways with --kubernetes-virtual-gpus; 110 pods on each, one GPU
 process per holding pod) and each of --process-metrics off and on, it starts
-`python -m gpu_enricher --simulate FILE -c 500` (the bundled default counters), waits until the
-pods are attributed and the series count is steady, scrapes /metrics once plain and once with
-gzip, and counts the series by family. With --drop-labels it runs each again with that flag and
-checks that the series count is the same, no series is duplicated and the dropped labels are
-gone from the DCGM and process series. Prints markdown tables (per node; per family; the fleet
-at --nodes and --scrape-interval) on stdout, progress on stderr. See docs/scale.md.
+`python -m gpu_enricher --simulate FILE -c 500` (the bundled default counters of --naming),
+waits until the pods are attributed and the series count is steady, scrapes /metrics once
+plain and once with gzip, and counts the series by family. With --drop-labels it runs each
+again with that flag and checks that the series count is the same, no series is duplicated
+and the dropped labels are gone from the DCGM and process series. Prints markdown tables (per
+node; per family; the fleet at --nodes and --scrape-interval) on stdout, progress on stderr.
+See docs/scale.md.
 """
 
 from __future__ import annotations
@@ -112,14 +115,16 @@ def settled_body(server: Server, process_metrics: bool, timeout: float = 60.0) -
     raise RuntimeError(f"{server.name}: the exposition never settled ({counts})")
 
 
-def scrape(node: Node, scenario: Path, process_metrics: bool, drop: str | None) -> Scrape:
-    flags = [*node.flags, f"--process-metrics={'true' if process_metrics else 'false'}"]
+def scrape(node: Node, scenario: Path, process_metrics: bool, drop: str | None,
+           naming: str) -> Scrape:
+    flags = [*node.flags, f"--process-metrics={'true' if process_metrics else 'false'}",
+             f"--naming={naming}"]
     if drop:
         flags += ["--drop-labels", drop]
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GPU_ENRICHER_", "DCGM_EXPORTER_", "FAKE_NVML_"))}
-    env["NODE_NAME"] = "gpu-node-0001"  # a realistic Hostname value: bytes count
+    env["NODE_NAME"] = "gpu-node-0001"  # a realistic host name: bytes count
     server = Server(node.name, exporter_argv(port, 500, ["--simulate", str(scenario), *flags]),
                     env, port)
     print(f"{node.name}: {shlex.join(flags)}", file=sys.stderr)
@@ -153,6 +158,8 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=110, help="pods per node (default 110)")
     parser.add_argument("--drop-labels", default=None,
                         help="also run each with --drop-labels NAMES and compare")
+    parser.add_argument("--naming", choices=("classic", "4.9"), default="classic",
+                        help="the bundled counters' names (default classic)")
     parser.add_argument("--nodes", type=int, default=1000, help="fleet size (default 1000)")
     parser.add_argument("--scrape-interval", type=float, default=15.0,
                         help="seconds (default 15)")
@@ -169,9 +176,10 @@ def main() -> int:
             scenario.write_text(dump(build(node.gpus, node.mig, args.pods, node.gpu_pods, 1, 0),
                                      "bench/series.py"))
             for procs in (False, True):
-                rows.append((node, procs, scrape(node, scenario, procs, None)))
+                rows.append((node, procs, scrape(node, scenario, procs, None, args.naming)))
                 if args.drop_labels:
-                    dropped.append(scrape(node, scenario, procs, args.drop_labels))
+                    dropped.append(scrape(node, scenario, procs, args.drop_labels,
+                                          args.naming))
 
     head = ("| node | process metrics | DCGM | process/pod | exporter's own | total "
             "| plain B | gzip B | B per series |")
@@ -179,8 +187,9 @@ def main() -> int:
     if dropped:
         head += " with --drop-labels: plain B | gzip B | plain saved |"
         rule += "---:|---:|---:|"
+    bundled = "default-counters.csv" if args.naming == "classic" else "default-counters-4.9.csv"
     print(f"Series per node, {args.pods} pods, bundled default counters "
-          f"({ROOT.name}/src/gpu_enricher/fields/default-counters.csv):\n\n{head}\n{rule}")
+          f"({ROOT.name}/src/gpu_enricher/fields/{bundled}):\n\n{head}\n{rule}")
     for n, (node, procs, s) in enumerate(rows):
         line = (f"| {node.name} | {'on' if procs else 'off'} | {s.total('dcgm'):,} "
                 f"| {s.total('process'):,} | {s.total('own'):,} | {s.total():,} "
