@@ -183,12 +183,16 @@ def test_mixed_fleet_each_naming_is_complete_on_both_nodes_and_never_doubled(
             assert ("derived_from" in s["metric"]) == (s["metric"]["instance"] == derived), s
         keys = Counter(tuple(s["metric"].get(k, "") for k in IDENTITY) for s in result)
         assert max(keys.values()) == 1, name
-    # The derived classic figure is the classic reading the 4.9 one stands for.
-    at = time.time()
-    derived_util = mixed.query(f'DCGM_FI_DEV_GPU_UTIL{{instance="{new}"}}', at)
-    recomputed = mixed.query(f'round(DCGM_FI_DEV_GPU_UTIL_RATIO{{instance="{new}"}} * 100)', at)
-    assert sorted(float(s["value"][1]) for s in derived_util) == sorted(
-        float(s["value"][1]) for s in recomputed)
+    # The derived classic figure is the classic reading the 4.9 one stands for: the rule's
+    # expression at the time the rule last evaluated gives the value it recorded (or, when a
+    # scrape was being written as the rule ran, at the scrape before: 1 s earlier).
+    derived_util = mixed.query(f'DCGM_FI_DEV_GPU_UTIL{{instance="{new}"}}')
+    evaluated_at = float(derived_util[0]["value"][0])
+    recorded = sorted(float(s["value"][1]) for s in derived_util)
+    recomputed = [sorted(float(s["value"][1]) for s in mixed.query(
+        f'round(DCGM_FI_DEV_GPU_UTIL_RATIO{{instance="{new}"}} * 100)', at))
+        for at in (evaluated_at, evaluated_at - 1.0)]
+    assert recorded in recomputed, (recorded, recomputed)
     # The other naming's labels come along: the 4.9 node's classic copies say Hostname and
     # DCGM_FI_DRIVER_VERSION, as classic dashboards' legends and joins expect.
     assert all(s["metric"]["Hostname"] == "node-49" and s["metric"]["DCGM_FI_DRIVER_VERSION"]
