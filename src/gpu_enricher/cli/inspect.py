@@ -1,7 +1,8 @@
-"""`gpu-enricher inspect`: the query API as two tables, `nvidia-smi` with pod columns.
+"""`gpu-enricher inspect`: the query API as tables, `nvidia-smi` with pod columns.
 
 Fetches `/api/v1/gpus` from a running exporter (default http://localhost:9400) and prints its
-GPUs and MIG instances with their UUIDs and holders, then every GPU process with its pod. A
+GPUs and MIG instances with their UUIDs and holders, every GPU process with its pod, then each
+holder's GPU time and energy since the exporter started. A
 GPU's UUID is the `UUID` label of its series, and of its MIG instances' series (which add
 `GPU_I_ID`, the GI column); a MIG instance's own `MIG-…` UUID is what the kubelet's device IDs
 and NVIDIA_VISIBLE_DEVICES name. The formatting is pure (`tables`); only `fetch` does I/O.
@@ -81,12 +82,26 @@ def _holders(device: dict[str, Any]) -> str:
     return ", ".join(names) or "-"
 
 
+def _amount(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.0f}"
+
+
+def _billing(gpu: dict[str, Any], gi: str, device: dict[str, Any]) -> list[list[str]]:
+    """One row per holder: its GPU time (the container's devices of that resource) and its
+    energy on this device, since the exporter started."""
+    return [[str(gpu["index"]), gi, h["namespace"], h["pod"], h["container"], h["resource"],
+             _amount(h.get("gpu_seconds")), _amount(h.get("energy_joules"))]
+            for h in device.get("holders", [])]
+
+
 def tables(document: dict[str, Any]) -> str:
     devices: list[list[str]] = []
     processes: list[list[str]] = []
+    billing: list[list[str]] = []
     for gpu in document["gpus"]:
         parts = [(gpu, "-")] + [(i, str(i["gpu_instance_id"])) for i in gpu["mig_instances"]]
         for device, gi in parts:
+            billing += _billing(gpu, gi, device)
             is_gpu = device is gpu
             memory = f"{_mib(device.get('memory_used_bytes'))} / " \
                      f"{_mib(device.get('memory_total_bytes'))}"
@@ -113,6 +128,10 @@ def tables(document: dict[str, Any]) -> str:
         lines.append("No processes: start the exporter with --process-metrics.")
     else:
         lines.append("No GPU processes.")
+    if any(row[-2:] != ["-", "-"] for row in billing):  # an exporter that keeps accounts
+        lines.append("")
+        lines += _grid(["GPU", "GI", "NAMESPACE", "POD", "CONTAINER", "RESOURCE",
+                        "GPU-SECONDS", "JOULES"], billing)
     return "\n".join(lines) + "\n"
 
 

@@ -4,7 +4,8 @@ each render its inputs and the pure join's outputs; the accounts step and give t
 """
 
 from ..attribution.energy import ENERGY_FIELD, POWER_FIELD
-from ..exposition.chargeback import EnergyView, gpu_seconds_family
+from ..exposition.chargeback import EnergyView, gpu_seconds_family, host_pairs
+from ..exposition.query import GpuSeconds, Joules
 from ..exposition.render import Family
 from ..model import NodeSnapshot, ProcessTable
 from .cycle import CycleInputs, CycleOutputs
@@ -14,14 +15,15 @@ from .ledger import Ledger, accumulate
 
 class PodAccounts:
     def __init__(self, interval_seconds: float, process_metrics: bool,
-                 drop_labels: frozenset[str]) -> None:
+                 drop_labels: frozenset[str], hostname: str | None = None) -> None:
         # A step is bounded by two intervals: a gap is not billed beyond what was seen.
         self._max_step = 2 * interval_seconds
         self._process_metrics = process_metrics
         self._gpu_time = Ledger()  # GPU-seconds per pod since start (-k)
         self._energy = EnergyBook(self._max_step)  # joules per pod, once per NVML pass
         self._energy_node: NodeSnapshot | None = None
-        self._energy_view = EnergyView(drop_labels)
+        self._host = host_pairs(hostname, drop_labels)  # on these series too (issue 32)
+        self._energy_view = EnergyView(drop_labels, self._host)
         self._energy_shown: tuple[int, list[Family]] | None = None
         """The energy families and the book's revision they show: rebuilt only when a total
         changed, which a counter on the slow cadence does once per --slow-fields-interval."""
@@ -36,7 +38,7 @@ class PodAccounts:
         if joined.shares is not None:
             self._gpu_time = accumulate(self._gpu_time, joined.shares, inputs.now,
                                         self._max_step)
-            families.append(gpu_seconds_family(self._gpu_time.totals))
+            families.append(gpu_seconds_family(self._gpu_time.totals, self._host))
         if self._process_metrics and inputs.node is not None:
             if inputs.node is not self._energy_node:  # a render without a new pass adds nothing
                 self._energy_node = inputs.node
@@ -48,3 +50,12 @@ class PodAccounts:
                     self._energy.accounts(), self._energy.members))
             families += self._energy_shown[1]
         return families
+
+    def billed(self) -> tuple[GpuSeconds, Joules]:
+        """What the accounts hold for the query document (exposition/query.with_accounts)."""
+        joules: dict[tuple[int, str, str, str, int | None], float] = {}
+        for account in self._energy.accounts():
+            for payer, total in account.totals.items():
+                if not isinstance(payer, str):
+                    joules[(account.gpu, *payer)] = total
+        return self._gpu_time.totals, joules

@@ -22,18 +22,27 @@ POD_GPU_SECONDS: Final = f"{names.SELF_PREFIX}pod_gpu_seconds"
 LABEL_RESOURCE: Final = "resource"
 
 
+HostPairs = tuple[tuple[str, str], ...]
+"""The host label(s) of every series (names.hostname_pairs), after `--drop-labels`."""
+
+
 # A pod's labels are the same every pass: escaped once (a full node holds ~110).
 @functools.lru_cache(maxsize=4096)
-def _labels(tenant: Tenant) -> str:
+def _labels(tenant: Tenant, host: HostPairs) -> str:
     namespace, pod, container, resource = tenant
-    return label_pairs([(names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod),
+    return label_pairs([*host, (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod),
                         (names.LABEL_CONTAINER, container), (LABEL_RESOURCE, resource)])
 
 
-def gpu_seconds_family(totals: Mapping[Tenant, float]) -> Family:
-    """`gpu_enricher_pod_gpu_seconds_total{namespace,pod,container,resource}`. The pod labels
-    are the series' identity, so `--drop-labels` leaves them on."""
-    samples = [Sample(_labels(tenant), format_value(float(totals[tenant])), "_total")
+def host_pairs(hostname: str | None, drop: frozenset[str] = frozenset()) -> HostPairs:
+    """The host label(s) as every other series has them (issue 32), but those dropped."""
+    return tuple(kept(names.hostname_pairs(hostname), drop)) if hostname is not None else ()
+
+
+def gpu_seconds_family(totals: Mapping[Tenant, float], host: HostPairs = ()) -> Family:
+    """`gpu_enricher_pod_gpu_seconds_total{Hostname,hostname,namespace,pod,container,
+    resource}`. The pod labels are the series' identity, so `--drop-labels` leaves them on."""
+    samples = [Sample(_labels(tenant, host), format_value(float(totals[tenant])), "_total")
                for tenant in sorted(totals)]
     return Family(POD_GPU_SECONDS, "counter",
                   "Seconds a container held GPUs, times the share of a whole GPU it held "
@@ -59,24 +68,25 @@ class EnergyAccount:
 # A pod's energy labels are the same every pass: escaped once (a full node has ~110 pods).
 @functools.lru_cache(maxsize=4096)
 def _energy_labels(gpu: int, uuid: str, profile: str | None, payer: Payer,
-                   drop: frozenset[str]) -> str:
+                   drop: frozenset[str], host: HostPairs) -> str:
+    """As a DCGM series orders them: identity, GPU instance, host, then the payer."""
     pairs = [(names.LABEL_GPU, str(gpu)), (names.LABEL_UUID, uuid)]
     if isinstance(payer, str):
-        return label_pairs(kept([*pairs, (LABEL_REASON, payer)], drop))
+        return label_pairs(kept([*pairs, *host, (LABEL_REASON, payer)], drop))
     namespace, pod, container, instance_id = payer
     if instance_id is not None:
         pairs += [(names.LABEL_GPU_I_PROFILE, profile or ""),
                   (names.LABEL_GPU_I_ID, str(instance_id))]
-    return label_pairs(kept([*pairs, (names.LABEL_NAMESPACE, namespace), (names.LABEL_POD, pod),
-                             (names.LABEL_CONTAINER, container)], drop))
+    return label_pairs(kept([*pairs, *host, (names.LABEL_NAMESPACE, namespace),
+                             (names.LABEL_POD, pod), (names.LABEL_CONTAINER, container)], drop))
 
 
 EnergyRow = tuple[str, Mapping[Payer, float], Payer]
 """One energy series: its labels, and where its value is (its GPU's totals, by payer)."""
 
 
-def _energy_rows(accounts: Iterable[EnergyAccount],
-                 drop: frozenset[str]) -> tuple[list[EnergyRow], list[EnergyRow]]:
+def _energy_rows(accounts: Iterable[EnergyAccount], drop: frozenset[str],
+                 host: HostPairs) -> tuple[list[EnergyRow], list[EnergyRow]]:
     """The pod series and the unattributed ones, each sorted by labels."""
     pods: list[EnergyRow] = []
     unattributed: list[EnergyRow] = []
@@ -84,7 +94,7 @@ def _energy_rows(accounts: Iterable[EnergyAccount],
         for payer in account.totals:
             profile = None if isinstance(payer, str) or payer[3] is None else \
                 account.profiles.get(payer[3])
-            row = (_energy_labels(account.gpu, account.uuid, profile, payer, drop),
+            row = (_energy_labels(account.gpu, account.uuid, profile, payer, drop, host),
                    account.totals, payer)
             (unattributed if isinstance(payer, str) else pods).append(row)
     pods.sort(key=_by_labels)
@@ -108,8 +118,9 @@ class EnergyView:
     tell the series apart). The series' labels and order are kept while the same series are
     shown (the book's `members` revision), so a pass whose counter moved only writes values."""
 
-    def __init__(self, drop: frozenset[str] = frozenset()) -> None:
+    def __init__(self, drop: frozenset[str] = frozenset(), host: HostPairs = ()) -> None:
         self._drop = drop
+        self._host = host
         self._members: int | None = None
         self._rows: tuple[list[EnergyRow], list[EnergyRow]] = ([], [])
 
@@ -117,7 +128,7 @@ class EnergyView:
         """`members`: a number that changes whenever a series starts or ends, or a GPU's labels
         change; None: the accounts are new (labelled and sorted afresh)."""
         if members is None or members != self._members:
-            self._rows = _energy_rows(accounts, self._drop)
+            self._rows = _energy_rows(accounts, self._drop, self._host)
             self._members = members
         pods, unattributed = self._rows
         return [Family(POD_ENERGY, "counter",
@@ -129,7 +140,7 @@ class EnergyView:
                        _samples(unattributed))]
 
 
-def energy_families(accounts: Iterable[EnergyAccount],
-                    drop: frozenset[str] = frozenset()) -> list[Family]:
+def energy_families(accounts: Iterable[EnergyAccount], drop: frozenset[str] = frozenset(),
+                    host: HostPairs = ()) -> list[Family]:
     """The two energy families of `accounts`, labelled afresh (EnergyView)."""
-    return EnergyView(drop).families(accounts, None)
+    return EnergyView(drop, host).families(accounts, None)

@@ -114,6 +114,37 @@ def gpus_document(node: NodeSnapshot | None, attribution: Attribution,
             "process_metrics": process_metrics, "gpus": gpus}
 
 
+GpuSeconds = Mapping[tuple[str, str, str, str], float]
+"""GPU-seconds since start by (namespace, pod, container, resource): collector/ledger.py."""
+Joules = Mapping[tuple[int, str, str, str, int | None], float]
+"""Joules since start by (GPU index, namespace, pod, container, GPU instance or None)."""
+
+
+def _billed(holders: list[Document], gpu: int, instance: int | None, seconds: GpuSeconds,
+            joules: Joules) -> list[Document]:
+    out = []
+    for holder in holders:
+        tenant = (holder["namespace"], holder["pod"], holder["container"])
+        out.append({**holder, "gpu_seconds": seconds.get((*tenant, holder["resource"])),
+                    "energy_joules": joules.get((gpu, *tenant, instance))})
+    return out
+
+
+def with_accounts(document: Document, seconds: GpuSeconds, joules: Joules) -> Document:
+    """Each holder with its GPU time (all the pod container's devices of that resource) and
+    its energy on that device since start, as the `gpu_enricher_pod_*_total` series of the
+    same picture say (null where none is kept: without -k, or --process-metrics for energy)."""
+    gpus = []
+    for gpu in document["gpus"]:
+        index = gpu["index"]
+        instances = [{**i, "holders": _billed(i["holders"], index, i["gpu_instance_id"],
+                                              seconds, joules)}
+                     for i in gpu["mig_instances"]]
+        gpus.append({**gpu, "holders": _billed(gpu["holders"], index, None, seconds, joules),
+                     "mig_instances": instances})
+    return {**document, "gpus": gpus}
+
+
 def _involves(device: Document, namespace: str | None, pod: str | None) -> bool:
     def match(entry: Document) -> bool:
         return ((namespace is None or entry.get("namespace") == namespace)
