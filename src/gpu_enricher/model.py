@@ -259,6 +259,9 @@ class SliceDirectory:
     devices: tuple[SliceDevice, ...] = ()
     synced: bool = False
     api_version: str = ""  # the resource.k8s.io version served: v1, v1beta2 or v1beta1
+    recent: tuple[SliceDevice, ...] = ()
+    """Devices whose slice went a short while ago (a driver republishing its pool): a claim
+    that still names one resolves to it, never to no device meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)

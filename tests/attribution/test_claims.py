@@ -1,5 +1,7 @@
 """DRA claims → this node's GPUs and MIG instances, through its ResourceSlices."""
 
+import dataclasses
+
 from gpu_enricher.attribution.claims import (
     NOT_ON_THIS_NODE,
     NOT_PUBLISHED,
@@ -77,6 +79,16 @@ def test_only_the_given_drivers_count() -> None:
 def test_no_slices_yet_resolves_nothing() -> None:
     found = claim_holders(NODE, [claim("a", "gpu-0")], SliceDirectory(), DRIVERS)
     assert found.holders == {} and found.unresolved == {f"{D}/node-a/gpu-0": NOT_PUBLISHED}
+
+
+def test_a_device_whose_slice_just_went_still_resolves_and_the_published_one_wins() -> None:
+    """A driver republishing its pool (issue 32): the claim keeps its holder meanwhile."""
+    gone = SliceDirectory((), synced=True, api_version="v1", recent=SLICES.devices[:1])
+    (holder,) = claim_holders(NODE, [claim("a", "gpu-0")], gone, DRIVERS).holders[(0, None)]
+    assert holder.pod == "a"
+    moved = dataclasses.replace(SLICES.devices[0], uuid=U1)  # what the slice says now wins
+    both = SliceDirectory((moved,), synced=True, recent=SLICES.devices[:1])
+    assert set(claim_holders(NODE, [claim("a", "gpu-0")], both, DRIVERS).holders) == {(1, None)}
 
 
 def test_a_shared_claim_keeps_sorted_order_and_merges_with_device_plugin_holders() -> None:

@@ -232,3 +232,26 @@ def test_the_source_factory_does_not_import_the_client_library() -> None:
             "source.snapshot(); source.health(); source.families()\n"
             "assert not [m for m in sys.modules if m.startswith('kubernetes_asyncio')]\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_a_republished_pool_keeps_its_devices_resolvable_meanwhile(
+        api: FakeKubeApi, start: Start, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DRA driver that restarts deletes its slices and publishes them again (or publishes a
+    new generation slice by slice): a device named by a claim must not resolve to nothing in
+    between (issue 32), nor stay once its slice is gone for good."""
+    monkeypatch.setattr("gpu_enricher.kube.slice_source.DEVICE_GRACE_SECONDS", 0.5)
+    first = gpu_slice()
+    api.set_slices([first])
+    source = await synced(start, api)
+    assert source.snapshot().recent == ()
+    api.delete_slice(first["metadata"]["uid"])
+    await eventually(lambda: source.snapshot().devices == (), within=1.0)
+    assert set(source.snapshot().recent) == {WHOLE, SLICE_1G}, "gone a moment ago: still known"
+    assert family_values(source)[("gpu_enricher_dra_devices_kept", ())] == 2
+    # Republished (a new generation, one slice at a time): published again, not "recent".
+    api.upsert_slice(gpu_slice(devices=(WHOLE,), name="gen-2", generation=2))
+    await eventually(lambda: source.snapshot().devices == (WHOLE,), within=1.0)
+    assert source.snapshot().recent == (SLICE_1G,)
+    # Past the grace, a device no slice publishes is gone.
+    await eventually(lambda: source.snapshot().recent == (), within=2.0)
+    assert family_values(source)[("gpu_enricher_dra_devices_kept", ())] == 0

@@ -83,7 +83,8 @@ def claim_holders(gpus: Sequence[GpuSnapshot], claims: Iterable[ClaimAllocation]
     by_index = {gpu.identity.index: gpu for gpu in gpus}
     mig_uuids: dict[EntityKey, str] = {(gpu.identity.index, i.gpu_instance_id): i.uuid
                                        for gpu in gpus for i in gpu.instances}
-    published = {(d.driver, d.pool, d.name): d for d in slices.devices if d.driver in drivers}
+    published = {(d.driver, d.pool, d.name): d for d in (*slices.recent, *slices.devices)
+                 if d.driver in drivers}  # the published win over the recently gone
     keys = {name: _key(d, node, by_index) for name, d in published.items()}
     holders: dict[EntityKey, set[Holder]] = {}
     monitors: dict[EntityKey, set[Holder]] = {}

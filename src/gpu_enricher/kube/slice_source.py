@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 SOURCE: Final = "resourceslices"
 P: Final = f"{names.SELF_PREFIX}dra_"
 _TEXTS: Final = WatchTexts("ResourceSlices", "their devices are still used")
+DEVICE_GRACE_SECONDS: Final = 300.0
+"""How long a device whose slice went stays resolvable (docs/dra.md)."""
+
+
+def _key(device: SliceDevice) -> tuple[str, str, str]:
+    return device.driver, device.pool, device.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,8 @@ class ResourceSliceSource(ApiWatchSource[ParsedSlice]):
         # event: recomputed only when it was.
         self._derived: tuple[Mapping[str, ParsedSlice], tuple[ParsedSlice, ...],
                              tuple[SliceDevice, ...]] | None = None
+        self._vanished: dict[tuple[str, str, str], tuple[SliceDevice, float]] = {}
+        """Devices whose slice went (a driver republishing its pool), and when."""
 
     @property
     def api_version(self) -> str:
@@ -89,12 +97,35 @@ class ResourceSliceSource(ApiWatchSource[ParsedSlice]):
         if self._derived is None or self._derived[0] is not objects:
             slices = current_slices(objects.values(), self.options.node_name,
                                     self.slice_options.drivers)
-            self._derived = (objects, slices, slice_devices(slices))
+            devices = slice_devices(slices)
+            self._note_vanished(() if self._derived is None else self._derived[2], devices)
+            self._derived = (objects, slices, devices)
         return self._derived[1], self._derived[2]
+
+    def _note_vanished(self, before: tuple[SliceDevice, ...],
+                       now_published: tuple[SliceDevice, ...]) -> None:
+        published = {_key(d) for d in now_published}
+        for key in published & self._vanished.keys():
+            del self._vanished[key]
+        at = self._clock()
+        for device in before:
+            if _key(device) not in published:
+                self._vanished[_key(device)] = (device, at)
+
+    def _kept(self) -> list[SliceDevice]:
+        """Devices whose slice went less than `DEVICE_GRACE_SECONDS` ago: a driver that
+        republishes its pool (deletes and creates its slices, or publishes a new generation
+        slice by slice) never takes a claimed GPU's holder away meanwhile (issue 32). Who
+        holds it is still the kubelet's word; only the device's name stays resolvable."""
+        now = self._clock()
+        for key in [k for k, (_, at) in self._vanished.items()
+                    if now - at > DEVICE_GRACE_SECONDS]:
+            del self._vanished[key]
+        return [device for device, _ in self._vanished.values()]
 
     def snapshot(self) -> SliceDirectory:
         _, devices = self._current()
-        return SliceDirectory(devices, self.synced, self._api_version)
+        return SliceDirectory(devices, self.synced, self._api_version, tuple(self._kept()))
 
     def families(self) -> list[Metric]:
         slices, devices = self._current()
@@ -106,6 +137,10 @@ class ResourceSliceSource(ApiWatchSource[ParsedSlice]):
             GaugeMetricFamily(f"{P}devices_skipped", "Devices in those ResourceSlices left "
                               "out: no name or no uuid attribute.",
                               value=sum(s.skipped for s in slices)),
+            GaugeMetricFamily(f"{P}devices_kept", "Devices whose ResourceSlice went in the "
+                              f"last {DEVICE_GRACE_SECONDS:.0f} s (a driver republishing its "
+                              "pool): still resolved for the claims that name them.",
+                              value=len(self._kept())),
         ]
         if self._api_version:
             info = GaugeMetricFamily(f"{P}api_version_info", "The resource.k8s.io version "
