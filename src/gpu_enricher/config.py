@@ -70,6 +70,7 @@ class Config:
     exporter_metrics: bool = False  # HTTP requests counted by handler and code
     max_concurrent_scrapes: int = 16  # /metrics answers in flight; more get 503
     naming: str = "classic"  # --naming: the bundled list's names, classic or dcgm-exporter 4.9's
+    startup_label_wait_ms: int = 2000  # the first picture waits for the labelling sources
 
     @property
     def kube_api(self) -> bool:

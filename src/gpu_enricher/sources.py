@@ -9,8 +9,8 @@ import asyncio
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Iterable
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from prometheus_client.metrics_core import Metric
 
@@ -46,6 +46,25 @@ class Source(Protocol[SnapshotT_co]):
         """The source's own self-metrics beyond the common `source_*` families."""
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Announcing(Protocol):
+    """A source whose view changes between passes (a watch, a client library that finished
+    loading): it says so, and the collector shows the change at once (issue 32)."""
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """`callback` (cheap, on the event loop) after each change of the view."""
+
+
+@runtime_checkable
+class Initial(Protocol):
+    """A source whose view starts empty until its first answer (a list+watch): the first
+    picture after a start waits for it, bounded (collector/first_picture.py)."""
+
+    @property
+    def listed(self) -> bool:
+        """The first answer is in."""
 
 
 class SourceSet:

@@ -1,7 +1,7 @@
 """What the fault tests (test_faults.py, test_faults_node.py) share: the exporter as a process
 with the command, environment and working directory a test chooses, polling its /metrics from
 an async test (the fakes run in the test's event loop, so blocking HTTP goes to a thread), and
-the fake kubelet holding one pod on GPU 0."""
+the fake kubelet holding one pod on GPU 0, and that pod as the (fake) Kubernetes API lists it."""
 
 import asyncio
 import os
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_enricher.model import PodAssignment
+from gpu_enricher.model import PodAssignment, PodMeta
+from gpu_enricher.sim.fake_api.objects import pod_object
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
 from tests.app.test_process import Exporter, free_port, get
 
@@ -102,3 +103,19 @@ def kubelet_args(kubelet: FakeKubelet, *args: str) -> list[str]:
     the last good List."""
     return ["-c", "200", "-k", "--pod-resources-kubelet-socket", str(kubelet.socket_path),
             *args]
+
+
+def trainer_pod(team: str) -> dict[str, object]:
+    """TRAINER as the API server lists it, with the label `team`."""
+    return pod_object(PodMeta("u-1", "ml", "trainer", {"team": team}), NODE)
+
+
+def write_kubeconfig(directory: Path, server: str) -> Path:
+    """A kubeconfig in `directory` for the API server at `server`, with a bearer token."""
+    kubeconfig = directory / "kubeconfig"
+    kubeconfig.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: "
+        f'"{server}"}}\nusers:\n- name: exporter\n  user: {{token: not-a-secret}}\n'
+        "contexts:\n- name: fake\n  context: {cluster: fake, user: exporter}\n"
+        "current-context: fake\n")
+    return kubeconfig

@@ -13,13 +13,10 @@ from pathlib import Path
 
 import grpc
 
-from gpu_enricher.model import PodMeta
-from gpu_enricher.sim.fake_api.objects import pod_object
 from gpu_enricher.sim.fake_api.server import FakeKubeApi
 from gpu_enricher.sim.fake_kubelet.server import RATE_LIMIT_DETAILS, FakeKubelet
 from tests.app.fault_helpers import (
     ERRORS,
-    NODE,
     Process,
     fetch,
     foreign_lines,
@@ -27,7 +24,9 @@ from tests.app.fault_helpers import (
     held,
     kubelet_args,
     nvml_env,
+    trainer_pod,
     until,
+    write_kubeconfig,
 )
 from tests.app.fault_helpers import kubelet as kubelet  # the fixture
 from tests.app.test_process import Exporter
@@ -155,21 +154,12 @@ async def test_kubelet_rate_limiting_and_garbage_are_counted_by_reason_and_logge
 # --- the Kubernetes API ---------------------------------------------------------------------
 
 
-def trainer_pod(team: str) -> dict[str, object]:
-    return pod_object(PodMeta("u-1", "ml", "trainer", {"team": team}), NODE)
-
-
 async def test_kubernetes_api_expiry_and_outage_relist_and_keep_the_pod_labels(
         exporters: list[Exporter], fake_nvml_path: Path, kubelet: FakeKubelet,
         tmp_path: Path) -> None:
     async with FakeKubeApi() as api:
         api.set_pods([trainer_pod("a")])
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            f"apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: "
-            f'"{api.url}"}}\nusers:\n- name: exporter\n  user: {{token: not-a-secret}}\n'
-            "contexts:\n- name: fake\n  context: {cluster: fake, user: exporter}\n"
-            "current-context: fake\n")
+        kubeconfig = write_kubeconfig(tmp_path, api.url)
         exp = Process(kubelet_args(kubelet, "--kubernetes-enable-pod-labels", "--kubeconfig",
                                    str(kubeconfig)), nvml_env(fake_nvml_path))
         exporters.append(exp)

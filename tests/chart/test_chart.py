@@ -73,6 +73,8 @@ FLAG_VALUES: dict[str, tuple[str, Callable[[Config], Any], Any]] = {
     "naming": ("--naming", operator.attrgetter("naming"), "4.9"),
     "configCheckInterval": ("--config-check-interval",
                             operator.attrgetter("config_check_interval_ms"), 0),
+    "startupLabelWait": ("--startup-label-wait", operator.attrgetter("startup_label_wait_ms"),
+                         0),
     "webReadHeaderTimeout": ("--web-read-header-timeout",
                              operator.attrgetter("web_read_header_timeout_ms"), 2500),
     # Past 1e6: a value Helm holds as a float must still render as digits.

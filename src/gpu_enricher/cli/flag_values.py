@@ -92,6 +92,8 @@ def whole_number(what: str, minimum: int, unit: str = "ms") -> Callable[[str], i
 parse_interval = whole_number("collect interval", MIN_INTERVAL_MS)
 parse_slow_interval = whole_number("slow-fields interval", 0)
 parse_config_check_interval = whole_number("config check interval", 0)
+parse_label_wait = whole_number("startup label wait", 0)
+DEFAULT_LABEL_WAIT_MS: Final = 2000
 parse_window = whole_number("window", 1)
 """A count window, as dcgm-exporter's -x and clock-events window."""
 

@@ -14,6 +14,7 @@ from .flag_values import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT,
+    DEFAULT_LABEL_WAIT_MS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_HEADER_TIMEOUT_MS,
     parse_address,
@@ -29,6 +30,7 @@ from .flag_values import (
     parse_hostname_label_name,
     parse_idle_timeout,
     parse_interval,
+    parse_label_wait,
     parse_log_format,
     parse_max_connections,
     parse_max_scrapes,
@@ -177,6 +179,12 @@ OPTIONS: Final = (
            "Prometheus exporter-toolkit web config (YAML): TLS, client certificates, basic "
            "auth, extra response headers; a bad file exits 2 at start; reloaded like -f",
            "PATH"),
+    Option("startup-label-wait", None, parse_label_wait,
+           "at start, how long the first picture (and /ready) waits for the sources that "
+           "label series: the kubelet's first List, the pod and ResourceSlice lists of the "
+           "Kubernetes API, the DRA claims they name; a source that answers nothing delays it "
+           f"by MS at most; 0: render right after the first NVML pass (default "
+           f"{DEFAULT_LABEL_WAIT_MS}, docs/pods.md)", "MS"),
     Option("config-check-interval", None, parse_config_check_interval,
            "check the counters file, the config file, the web config and its certificate, key "
            "and CA files for "

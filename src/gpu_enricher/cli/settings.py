@@ -29,6 +29,7 @@ from .flag_values import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT,
+    DEFAULT_LABEL_WAIT_MS,
     DEFAULT_MAX_CONCURRENT_SCRAPES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_HEADER_TIMEOUT_MS,
@@ -50,6 +51,7 @@ from .flag_values import (
     parse_hostname_label_name,
     parse_idle_timeout,
     parse_interval,
+    parse_label_wait,
     parse_log_format,
     parse_max_connections,
     parse_max_scrapes,
@@ -219,6 +221,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         max_concurrent_scrapes=get("max-concurrent-scrapes", parse_max_scrapes,
                                    DEFAULT_MAX_CONCURRENT_SCRAPES),
         naming=naming,
+        startup_label_wait_ms=get("startup-label-wait", parse_label_wait, DEFAULT_LABEL_WAIT_MS),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

@@ -10,11 +10,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from ..backend import BackendUnavailable, GpuBackend
-from ..exposition.ownmetrics import OwnMetrics
-from ..exposition.query import Document, encode
+from ..exposition.query import Document
 from ..exposition.render import Exposition
-from ..exposition.selfmetrics import allocation_family, claim_family, self_families
-from ..exposition.shape import unmatched
+from ..exposition.selfmetrics import picture_families
 from ..fields.counters import CounterLine, CounterPlan
 from ..health.clock_events import ClockEventSource
 from ..health.source import HealthSource
@@ -30,13 +28,15 @@ from ..model import (
     SliceDirectory,
     SourceHealth,
 )
-from ..sources import Source, SourceSet
+from ..sources import Announcing, Source, SourceSet
 from .accounts import PodAccounts
-from .cycle import CycleInputs, CycleOutputs, compose
+from .cycle import CycleInputs
 from .dump import PassDump
-from .news import Unmatched, report_gpu_changes
+from .first_picture import NewsWait, first_picture, still_missing
+from .news import report_gpu_changes
 from .options import CollectorOptions as CollectorOptions
 from .pacing import PassSchedule
+from .picture import Painter
 from .planner import CounterPlanner
 from .session import BackendSession
 from .watch import FieldCadence
@@ -99,10 +99,15 @@ class Collector:
         self.not_ready_reason = WAITING_FOR_FIRST_PASS
         """Why /ready says 503: the same words as the log line that reported it."""
         self.running = False
-        self._unmatched = Unmatched()
-        self._own = OwnMetrics()
         self._accounts = PodAccounts(options.interval_seconds, options.process_metrics,
-                                     self._join.drop_labels)
+                                     self._join.drop_labels, options.hostname)
+        self._painter = Painter(self._join, self._accounts, backend.name)
+        self._news = NewsWait(asyncio.Event(), self._render_news)
+        for source in self.sources:
+            if isinstance(source, Announcing):
+                source.subscribe(self._news.news.set)
+        self.first_picture_seconds: float | None = None
+        """How long the first render waited for the labelling sources (issue 32)."""
         self.document: Document = {}
         """The query API's view of the last pass (/api/v1/gpus)."""
         self.document_body = b"{}"
@@ -135,27 +140,18 @@ class Collector:
             self.jobs.snapshot() if self.jobs is not None else None)
 
     def _render(self) -> Exposition:
-        """Join every source's snapshot (pure), then our DCGM renderer for the GPU families and
-        prometheus_client for the exporter's own."""
-        inputs = self._inputs()
-        joined: CycleOutputs = compose(inputs, self._join)
-        families = [*joined.families, *self._accounts.families(inputs, joined)]
-        own = self_families(self.snapshot, self.health(), self.options.hostname,
-                            self.backend.name)
-        self._unmatched.report(
-            joined.attribution.unmatched if joined.attribution is not None else (),
-            joined.claims.unresolved if joined.claims is not None else {},
-            unmatched(self.snapshot, self._join.devices) if self.snapshot is not None else ())
-        if joined.attribution is not None and self.snapshot is not None:
-            own.append(allocation_family(
-                self.snapshot, joined.attribution,
-                joined.claims.monitors if joined.claims is not None else None))
-        if joined.claims is not None:
-            own += claim_family(joined.claims.claimed, joined.claims.unresolved)
-        own += self._sources.families()
-        self.document = joined.document
-        self.document_body = encode(joined.document)
-        return Exposition.from_families(families, self._own.render(own))
+        """One picture of every source's snapshot (picture.py); the document swapped in with
+        the bytes it goes with."""
+        own = [*self._sources.families(),
+               *picture_families(self.first_picture_seconds, self._news.renders)]
+        picture = self._painter.paint(self._inputs(), self.health(), own)
+        self.document, self.document_body = picture.document, picture.document_body
+        return picture.exposition
+
+    def _render_news(self) -> None:
+        """Between passes, a source's news: the join and render again, no NVML pass."""
+        if self.ready:
+            self.exposition = self._render()
 
     # -- backend lifecycle (session.py) -------------------------------------------------
     @property
@@ -205,32 +201,52 @@ class Collector:
         # which device IDs name this node's GPUs (issue 26).
         first = self.snapshot is None
         concurrent = [] if first else self._refresh_concurrent()
+        rest: list[asyncio.Future[None]] = []
         try:
             await self._sample(fields, skipped, started)
             if first:
                 concurrent = self._refresh_concurrent()
-            derived: tuple[Source[object], ...] = (self.clock_events, self.gpu_health)
-            for pure in derived:  # from the pass itself, no I/O
-                await self._sources.refresh(pure, self.snapshot)
-            # /ready never waits for the kubelet: the first pass shows early if it is slow.
-            if not self.ready and not all(task.done() for task in concurrent):
-                self.exposition = self._render()
-                self.ready = True
-            last = (*derived, self.claim_access)
-            for source in self.sources:
-                if source.after_gpus and source not in last:
-                    await self._sources.refresh(source, self.snapshot)
-            await asyncio.gather(*concurrent)  # each bounded by the source set's deadline
-            if self.claim_access is not None:  # reads the claims of this pass's kubelet List
-                await self._sources.refresh(self.claim_access, self.snapshot)
+            rest.append(asyncio.ensure_future(self._refresh_rest(concurrent)))
+            if not self.ready:  # the first picture: whole when it can be, bounded (issue 32)
+                await self._first_picture(rest[0], started)
+            await rest[0]
         finally:
-            for task in concurrent:
+            for task in (*concurrent, *rest):
                 if not task.done():
                     task.cancel()
-        self.exposition = self._render()
-        self.ready = True
+        self._show()
         if self.dump is not None:
             self.dump.offer(self.snapshot)
+
+    async def _refresh_rest(self, concurrent: list[asyncio.Future[None]]) -> None:
+        """A pass's sources after its NVML answer: those derived from it, those that need it
+        (/proc), the concurrent ones' end (the kubelet's List), then the claims it names."""
+        derived: tuple[Source[object], ...] = (self.clock_events, self.gpu_health)
+        for pure in derived:  # from the pass itself, no I/O
+            await self._sources.refresh(pure, self.snapshot)
+        last = (*derived, self.claim_access)
+        for source in self.sources:
+            if source.after_gpus and source not in last:
+                await self._sources.refresh(source, self.snapshot)
+        await asyncio.gather(*concurrent)  # each bounded by the source set's deadline
+        await self._refresh_claims()
+
+    async def _refresh_claims(self) -> None:
+        if self.claim_access is not None:  # reads the claims of this pass's kubelet List
+            await self._sources.refresh(self.claim_access, self.snapshot)
+
+    async def _first_picture(self, rest: "asyncio.Future[None]", started: float) -> None:
+        """Render and turn ready once every labelling source answered, or at the bound."""
+        self.first_picture_seconds = await first_picture(
+            rest, lambda: still_missing(self.sources), self._news.news, started,
+            self.options.label_wait_seconds, self._refresh_claims)
+        self._show()
+
+    def _show(self) -> None:
+        """Render, swap the bytes in, ready: what the sources said so far is in it."""
+        self.exposition = self._render()
+        self._news.rendered()
+        self.ready = True
 
     def _refresh_concurrent(self) -> list[asyncio.Future[None]]:
         return [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
@@ -274,7 +290,8 @@ class Collector:
                     self._session.errors["internal"] += 1
                     if not self.ready:
                         self.not_ready_reason = f"collection pass failed: {exc!r}"
-                await self._schedule.wait()
+                # A change a source announces meanwhile is shown at once (issue 32).
+                await self._news.until(self._schedule.wait())
         finally:
             self.running = False
             await self._sources.close()

@@ -73,6 +73,23 @@ def self_families(
     return families
 
 
+def picture_families(first_wait: float | None, news_renders: int) -> list[Metric]:
+    """How the pictures came: the first one's wait for the labelling sources (once it was
+    painted), and those painted between passes on a source's news (issue 32)."""
+    families = [_family(f"{P}news_renders", "counter",
+                        "Pictures rendered between collection passes because a source announced "
+                        "a change (a pod or ResourceSlice list or event, the claims' client "
+                        "loaded): its labels shown at once, without an NVML pass.",
+                        [((), news_renders)])]
+    if first_wait is not None:
+        families.append(_family(
+            f"{P}startup_label_wait_seconds", "gauge",
+            "From the first collection pass's start to the first picture (and /ready): the "
+            "NVML pass and the wait for the sources that label series, at most "
+            "--startup-label-wait.", [((), first_wait)]))
+    return families
+
+
 AUTH_FAILURE_REASONS = ("missing", "wrong", "busy")
 """Why basic auth answered 401: no or malformed credentials; an unknown user or a wrong
 password; too many checks already waiting (websecurity.BasicAuth)."""

@@ -80,13 +80,25 @@ class ResourceClaimSource:
         self._loading: asyncio.Task[None] | None = None
         self._last_duration: float | None = None
         self._last_success: float | None = None
+        self._loaded: Callable[[], None] | None = None
 
     async def start(self) -> None:
         """Load the client library in a thread (about a second of CPU): passes go on
-        meanwhile, the claims they report pending."""
+        meanwhile, the claims they report pending; once loaded, subscribers hear of it (the
+        first picture after a start reads the pending claims then, issue 32)."""
         if self._loading is None:
             self._loading = asyncio.create_task(asyncio.to_thread(import_library, LIBRARY),
                                                 name="ResourceClaim client import")
+            self._loading.add_done_callback(lambda _: self._loaded and self._loaded())
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        self._loaded = callback
+
+    @property
+    def listed(self) -> bool:
+        """Every claim the kubelet's last `List` named was asked about (read, or refused and
+        counted as an ordinary holder): none still labels nothing."""
+        return not self._access.pending
 
     async def refresh(self, gpus: NodeSnapshot | None) -> None:
         wanted = {(c.claim_namespace, c.claim_name) for c in self._in_use()}

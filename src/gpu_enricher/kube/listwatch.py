@@ -90,6 +90,9 @@ class ListWatch(Generic[T]):
         self.polling = False
         """Listing allowed, watching forbidden: listed again every `backoff_max_seconds`."""
         self._polls = 0
+        self.on_change: Callable[[], None] | None = None
+        """Called after a list or an event changed `objects` (the collector re-renders with
+        them at once, not at the next pass: issue 32)."""
 
     @property
     def stall_seconds(self) -> float:
@@ -152,6 +155,7 @@ class ListWatch(Generic[T]):
             self.lists += 1
             self.listed = True
             self._succeeded()
+            self._changed()
         if self.polling and self._polls % WATCH_AGAIN_POLLS:
             await self._poll_wait()
             return False
@@ -214,8 +218,15 @@ class ListWatch(Generic[T]):
             self._probation.cancel()
             self._probation = None
 
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
     def _event(self, event: WatchEvent) -> None:
+        before = self.objects
         self.objects = apply_event(self.objects, event, self._parse)
+        if self.objects is not before:
+            self._changed()
         self._gone_in_a_row = 0
         self._watch_events += 1
         if self._probation is not None:

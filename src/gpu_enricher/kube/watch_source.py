@@ -135,6 +135,16 @@ class ApiWatchSource(ABC, Generic[T]):
     def synced(self) -> bool:
         return self._watch.current_within(self.options.stale_after)
 
+    @property
+    def listed(self) -> bool:
+        """The first complete list is in: the view says what the API server said, not
+        nothing yet (the collector's first picture waits for it, bounded: issue 32)."""
+        return self._watch.listed
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """`callback` after every list or event that changed the objects."""
+        self._watch.on_change = callback
+
     async def refresh(self, gpus: NodeSnapshot | None) -> None:
         """Bookkeeping only: logs when the listed objects turn stale, and when current again."""
         synced = self.synced
