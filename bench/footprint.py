@@ -46,7 +46,7 @@ from _common import (
     proc_cpu_seconds,
     proc_status_kib,
 )
-from kubelet import KubeletProc
+from kubelet_node import KubeletProc
 
 TARGET_READY_S = 2.0
 TARGET_RSS_MIB = 60.0  # the fake library: the exporter alone

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gzip
 import json
 import os
 import re
@@ -51,8 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +61,15 @@ from _common import (
     Server,
     build_fake_nvml,
     capture_bodies,
-    exporter_argv,
-    fake_env,
     free_port,
-    http_get,
     median,
     proc_cpu_seconds,
     proc_status_kib,
 )
-from fake_kubelet_proc import GPUS, MIG_PER_GPU, ChurningKubelet, fake_nvml_mig_env, mig_uuid
+from fake_kubelet_proc import GPUS, MIG_PER_GPU, ChurningKubelet, mig_uuid
 from fake_kubelet_proc import Node as KubeletNode
+from kubelet_node import LIST_CPU, KubeletProc, Node, counters, metrics_text
+from kubelet_unmatched import section_unmatched, serve_unmatched
 from scrape import WrkResult, parse_wrk, ratio, run_wrk
 
 from gpu_enricher.model import (
@@ -91,111 +88,9 @@ TARGET_LARGE_P99_RATIO = 1.10
 SCRAPE_INTERVAL_MS = 5000
 CHURN_INTERVAL_MS = 100
 
-_COUNTER = re.compile(r'^gpu_enricher_collections_total\{source="(\w+)"\} (\d+)', re.M)
 _ERRORS = re.compile(r'^gpu_enricher_collection_errors_total\{source="kubelet",reason="(\w+)"\}'
                      r" (\d+)", re.M)
 _POD = re.compile(rb',pod="([^"]*)"')
-_LIST_CPU = re.compile(r"^gpu_enricher_kubelet_list_cpu_seconds (\S+)$", re.M)
-
-
-class KubeletProc:
-    """bench/fake_kubelet_proc.py in its own process; `stop()` returns its exit stats."""
-
-    def __init__(self, socket_path: Path, churn: int, cpus: set[int] | None,
-                 extra_pods: int | None = None, gpu_devices: Sequence[str] = (),
-                 serve: Sequence[str] = ()) -> None:
-        self.socket_path = socket_path
-        self.serve = tuple(serve)  # this script's arguments that serve a kubelet of its own
-        self.churn = churn
-        self.cpus = cpus
-        self.extra_pods = extra_pods
-        self.gpu_devices = tuple(gpu_devices)
-        self.proc: subprocess.Popen[str] | None = None
-        self.answer_bytes = 0
-
-    def start(self, timeout: float = 30.0) -> None:
-        cpus = self.cpus
-
-        def pin() -> None:
-            if cpus:
-                os.sched_setaffinity(0, cpus)
-
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        argv = ([PYTHON, str(BENCH / "kubelet.py"), self.serve[0], str(self.socket_path),
-                 *self.serve[1:]]
-                if self.serve else
-                [PYTHON, str(BENCH / "kubelet.py"), "--serve-large", str(self.socket_path),
-                 "--large-pods", str(self.extra_pods)] if self.extra_pods is not None else
-                [PYTHON, str(BENCH / "fake_kubelet_proc.py"), "--socket", str(self.socket_path),
-                 "--churn", str(self.churn), "--gpu-devices", ",".join(self.gpu_devices)])
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, preexec_fn=pin)
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        line = self.proc.stdout.readline()  # blocks until "ready ..." or EOF
-        if not line.startswith("ready") or time.monotonic() > deadline:
-            _, err = self.proc.communicate(timeout=10)
-            raise RuntimeError(f"fake kubelet did not start: {line!r} {err[-2000:]}")
-        if (size := re.search(r" bytes=(\d+)", line)) is not None:
-            self.answer_bytes = int(size[1])
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def stop(self) -> dict[str, Any]:
-        if self.proc is None:
-            return {}
-        proc, self.proc = self.proc, None
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, err = proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        for line in reversed(out.splitlines()):
-            if line.startswith("{"):
-                stats: dict[str, Any] = json.loads(line)
-                return stats
-        raise RuntimeError(f"fake kubelet gave no stats: {out[-500:]} {err[-2000:]}")
-
-
-@dataclass
-class Node:
-    """What every exporter start needs: the fake library, env, a socket dir, pinning."""
-
-    lib: Path
-    tmp: Path
-    server_cpus: set[int] | None
-    side_cpus: set[int] | None  # the fake kubelet, wrk, and this script's polling
-    env: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.env = fake_env(self.lib, 8, {"FAKE_NVML_MIG": fake_nvml_mig_env()})
-
-    def socket(self) -> Path:
-        return Path(tempfile.mkdtemp(prefix="k", dir=self.tmp)) / "kubelet.sock"
-
-    def exporter(self, name: str, interval_ms: int, socket: Path | None,
-                 more: Sequence[str] = ()) -> Server:
-        port = free_port()
-        extra = ["-k", "--pod-resources-kubelet-socket", str(socket)] if socket else []
-        return Server(name, exporter_argv(port, interval_ms, [*extra, *more]), self.env, port,
-                      self.server_cpus)
-
-
-def counters(text: str) -> dict[str, int]:
-    return {m[1]: int(m[2]) for m in _COUNTER.finditer(text)}
-
-
-def metrics_text(server: Server, gz: bool = False) -> tuple[str, bytes]:
-    headers = {"Accept-Encoding": "gzip"} if gz else {}
-    status, resp_headers, body = http_get(server.base + "/metrics", headers)
-    assert status == 200, status
-    if resp_headers.get("Content-Encoding") == "gzip":
-        body = gzip.decompress(body)
-    return body.decode(), body
 
 
 # --- cpu: CPU per collection pass ----------------------------------------------------------
@@ -658,7 +553,7 @@ def section_large(node: Node, args: argparse.Namespace) -> str:
                     text = metrics_text(server)[0]
                     lists = counters(text).get("kubelet", 0) - before
                     errors = {m[1]: int(m[2]) for m in _ERRORS.finditer(text)}
-                    found_cpu = _LIST_CPU.search(text)
+                    found_cpu = LIST_CPU.search(text)
                     list_cpu = float(found_cpu[1]) if found_cpu else float("nan")
                 finally:
                     server.stop()
@@ -813,7 +708,6 @@ def main() -> int:
         asyncio.run(serve_large(args.serve_large, args.large_pods))
         return 0
     if args.serve_unmatched is not None:  # the unmatched section's fake kubelet
-        from kubelet_unmatched import serve_unmatched
         asyncio.run(serve_unmatched(args.serve_unmatched, args.unmatched_ids))
         return 0
     if args.pull_large is not None:  # the large section's control
@@ -843,12 +737,9 @@ def main() -> int:
           "\n")
     try:
         for section in sections:
-            if section == "unmatched":  # issue 26: bench/kubelet_unmatched.py
-                from kubelet_unmatched import section_unmatched
-                print(section_unmatched(node, args), "\n", flush=True)
-                continue
             fn = {"cpu": section_cpu, "scrape": section_scrape, "churn": section_churn,
-                  "large": section_large}[section]
+                  "large": section_large,
+                  "unmatched": section_unmatched}[section]  # issue 26
             print(fn(node, args), "\n", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

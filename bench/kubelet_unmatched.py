@@ -28,7 +28,7 @@ from pathlib import Path
 from _common import Server, http_get, median, proc_status_kib
 from fake_kubelet_proc import ChurningKubelet
 from fake_kubelet_proc import Node as KubeletNode
-from kubelet import _LIST_CPU, KubeletProc, Node, counters
+from kubelet_node import LIST_CPU, KubeletProc, Node, counters
 from scrape import WrkResult, parse_wrk, ratio, run_wrk
 
 from gpu_enricher.model import AllocatableDevices, PodAssignment
@@ -153,7 +153,7 @@ def section_unmatched(node: Node, args: argparse.Namespace) -> str:
                         peak = max(peak, peak10)
                     text = _metrics(server)
                     lists = counters(text).get("kubelet", 0)
-                    cpu = _LIST_CPU.search(text)
+                    cpu = LIST_CPU.search(text)
                     list_cpu = float(cpu[1]) if cpu else float("nan")
                 finally:
                     server.stop()
