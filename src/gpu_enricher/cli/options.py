@@ -238,3 +238,5 @@ OPTIONS: Final = (
            "refuse (close at once) a connection while N are open; the soft open-file limit "
            f"is raised to N + 256 when lower (default {DEFAULT_MAX_CONNECTIONS})", "N"),
 )
+PARSERS: Final = {option.long: option.parse for option in OPTIONS if option.parse is not None}
+"""Each flag's parser, as parse_config (cli/settings.py) reads its value."""

@@ -38,35 +38,10 @@ from .flag_values import (
     FALSE_WORDS,
     TRUE_WORDS,
     UsageError,
-    parse_address,
     parse_bool,
-    parse_config_check_interval,
-    parse_configmap_ref,
-    parse_cpu_budget,
-    parse_devices,
-    parse_driver_names,
-    parse_drop_labels,
-    parse_dump_retention,
-    parse_gpu_id_type,
-    parse_hostname_label_name,
-    parse_idle_timeout,
-    parse_interval,
-    parse_label_wait,
-    parse_log_format,
-    parse_max_connections,
-    parse_max_scrapes,
-    parse_names,
-    parse_naming,
-    parse_optional_path,
-    parse_poll_interval,
-    parse_read_header_timeout,
-    parse_read_timeout,
-    parse_regexes,
-    parse_slow_interval,
-    parse_window,
-    parse_write_timeout,
 )
 from .flags import build_parser, compat_flags, env_names, go_style_flags
+from .options import PARSERS
 
 DCGM_EXPORTER_DIR_ENV: Final = "GPU_ENRICHER_DCGM_EXPORTER_DIR"
 
@@ -125,20 +100,20 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
     parser = build_parser()
     args = parser.parse_args(go_style_flags(parser, argv))
 
-    def get(long: str, parse: Callable[[str], Any], default: Any) -> Any:
+    def get(long: str, default: Any) -> Any:
         raw, origin = _value(args, long, env)
-        return default if raw is None else _parsed(raw, origin, parse)
+        return default if raw is None else _parsed(raw, origin, PARSERS[long])
 
-    def switch(long: str) -> bool:
+    def switch(long: str, default: bool = False) -> bool:
         raw, origin = _value(args, long, env)
-        return False if raw is None else bool(_parsed(raw, origin, parse_bool))
+        return default if raw is None else bool(_parsed(raw, origin, parse_bool))
 
-    host, port = get("address", parse_address, (None, 9400))
+    host, port = get("address", (None, 9400))
     no_hostname = switch("no-hostname")
-    drop_labels = get("drop-labels", parse_drop_labels, frozenset())
+    drop_labels = get("drop-labels", frozenset())
     # Both names by default (#655 renamed it in 4.8.3); dropping every name chosen is -n.
-    host_labels = tuple(name for name in get("hostname-label-name", parse_hostname_label_name,
-                                             HOSTNAME_LABEL_NAMES) if name not in drop_labels)
+    host_labels = tuple(name for name in get("hostname-label-name", HOSTNAME_LABEL_NAMES)
+                        if name not in drop_labels)
     hostname = (None if no_hostname or not host_labels
                 else Hostname(env.get("NODE_NAME") or socket.gethostname(), host_labels))
     simulate, _ = _value(args, "simulate", env)
@@ -147,81 +122,74 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
     elif simulate is not None and simulate.strip().lower() in FALSE_WORDS:
         simulate = None
     kubernetes = switch("kubernetes")
-    naming = get("naming", parse_naming, "classic")
+    naming = get("naming", "classic")
     config = Config(
         kubernetes=kubernetes or simulate is not None,
-        kubelet_socket=get("pod-resources-kubelet-socket", Path, DEFAULT_KUBELET_SOCKET),
-        kubelet_list_cpu_budget=get("kubelet-list-cpu-budget", parse_cpu_budget,
+        kubelet_socket=get("pod-resources-kubelet-socket", DEFAULT_KUBELET_SOCKET),
+        kubelet_list_cpu_budget=get("kubelet-list-cpu-budget",
                                     DEFAULT_KUBELET_LIST_CPU_BUDGET_PERCENT / 100),
-        gpu_id_type=get("kubernetes-gpu-id-type", parse_gpu_id_type, "uid"),
-        extra_resources=get("nvidia-resource-names", parse_names, frozenset()),
+        gpu_id_type=get("kubernetes-gpu-id-type", "uid"),
+        extra_resources=get("nvidia-resource-names", frozenset()),
         virtual_gpus=switch("kubernetes-virtual-gpus"),
         host=host,
         port=port,
-        collectors=get("collectors", Path, default_counters_path(naming)),
+        collectors=get("collectors", default_counters_path(naming)),
         collectors_origin=_value(args, "collectors", env)[1],
-        config_file=get("config-file", parse_optional_path, None),
-        configmap=get("configmap-data", parse_configmap_ref, None),
+        config_file=get("config-file", None),
+        configmap=get("configmap-data", None),
         collect_interval_given=_value(args, "collect-interval", env)[0] is not None,
         # Where dcgm-exporter's /etc/dcgm-exporter is: the tests map it into a temporary folder.
         dcgm_exporter_dir=Path(env.get(DCGM_EXPORTER_DIR_ENV) or DCGM_IMAGE_DIR),
-        collect_interval_ms=get("collect-interval", parse_interval, DEFAULT_INTERVAL_MS),
-        slow_fields_interval_ms=get("slow-fields-interval", parse_slow_interval, 30000),
-        xid_window_ms=get("xid-count-window-size", parse_window, 300000),
-        clock_events_window_ms=get("clock-events-count-window-size", parse_window, 300000),
+        collect_interval_ms=get("collect-interval", DEFAULT_INTERVAL_MS),
+        slow_fields_interval_ms=get("slow-fields-interval", 30000),
+        xid_window_ms=get("xid-count-window-size", 300000),
+        clock_events_window_ms=get("clock-events-count-window-size", 300000),
         hostname=hostname,
-        log_format=get("log-format", parse_log_format, "text"),
+        log_format=get("log-format", "text"),
         debug=switch("debug"),
         simulate=simulate or None,
         # The simulated node shows every capability: process metrics unless switched off.
         process_metrics=(switch("process-metrics")
                          if _value(args, "process-metrics", env)[0] is not None
                          else simulate is not None),
-        proc_root=get("proc-root", Path, DEFAULT_PROC_ROOT),
-        kubelet_log_root=get("kubelet-log-root", Path, DEFAULT_KUBELET_LOG_ROOT),
+        proc_root=get("proc-root", DEFAULT_PROC_ROOT),
+        kubelet_log_root=get("kubelet-log-root", DEFAULT_KUBELET_LOG_ROOT),
         pod_labels=switch("kubernetes-enable-pod-labels"),
-        pod_label_allowlist=get("kubernetes-pod-label-allowlist-regex", parse_regexes, ()),
+        pod_label_allowlist=get("kubernetes-pod-label-allowlist-regex", ()),
         pod_uid=switch("kubernetes-enable-pod-uid"),
-        kubeconfig=get("kubeconfig", Path, None),
-        kubernetes_api=get("kubernetes-api", parse_bool, True),
+        kubeconfig=get("kubeconfig", None),
+        kubernetes_api=get("kubernetes-api", True),
         dra=(switch("kubernetes-enable-dra")
              if _value(args, "kubernetes-enable-dra", env)[0] is not None
              else simulate is not None),
-        dra_drivers=get("kubernetes-dra-driver-names", parse_driver_names,
-                        frozenset({"gpu.nvidia.com"})),
+        dra_drivers=get("kubernetes-dra-driver-names", frozenset({"gpu.nvidia.com"})),
         node_name=env.get("NODE_NAME") or socket.gethostname(),
-        web_config_file=get("web-config-file", parse_optional_path, None),
-        config_check_interval_ms=get("config-check-interval", parse_config_check_interval, 5000),
-        web_read_header_timeout_ms=get("web-read-header-timeout", parse_read_header_timeout,
-                                       DEFAULT_READ_HEADER_TIMEOUT_MS),
-        web_idle_timeout_ms=get("web-idle-timeout", parse_idle_timeout, DEFAULT_IDLE_TIMEOUT_MS),
-        web_max_connections=get("web-max-connections", parse_max_connections,
-                                DEFAULT_MAX_CONNECTIONS),
+        web_config_file=get("web-config-file", None),
+        config_check_interval_ms=get("config-check-interval", 5000),
+        web_read_header_timeout_ms=get("web-read-header-timeout", DEFAULT_READ_HEADER_TIMEOUT_MS),
+        web_idle_timeout_ms=get("web-idle-timeout", DEFAULT_IDLE_TIMEOUT_MS),
+        web_max_connections=get("web-max-connections", DEFAULT_MAX_CONNECTIONS),
         drop_labels=drop_labels,
         # Downward-API variables (our chart sets them; the GPU Operator does not).
         own_pod=((env["POD_NAMESPACE"], env["POD_NAME"])
                  if env.get("POD_NAMESPACE") and env.get("POD_NAME") else None),
-        devices=get("devices", parse_devices, "f"),
+        devices=get("devices", "f"),
         replace_blanks_in_model_name=switch("replace-blanks-in-model-name"),
         use_old_namespace=switch("use-old-namespace"),
-        hpc_job_mapping_dir=get("hpc-job-mapping-dir", parse_optional_path, None),
-        web_read_timeout_seconds=get("web-read-timeout", parse_read_timeout,
-                                     DEFAULT_READ_TIMEOUT_SECONDS),
-        web_write_timeout_seconds=get("web-write-timeout", parse_write_timeout,
-                                      DEFAULT_WRITE_TIMEOUT_SECONDS),
+        hpc_job_mapping_dir=get("hpc-job-mapping-dir", None),
+        web_read_timeout_seconds=get("web-read-timeout", DEFAULT_READ_TIMEOUT_SECONDS),
+        web_write_timeout_seconds=get("web-write-timeout", DEFAULT_WRITE_TIMEOUT_SECONDS),
         health_require_gpus=switch("health-require-gpus"),
         web_systemd_socket=switch("web-systemd-socket"),
         dump_enabled=switch("dump-enabled"),
-        dump_directory=get("dump-directory", Path, Path("/tmp/dcgm-exporter-debug")),
-        dump_retention_hours=get("dump-retention", parse_dump_retention, 24),
-        dump_compression=get("dump-compression", parse_bool, True),
-        gpu_bind_unbind_poll_seconds=get("gpu-bind-unbind-poll-interval", parse_poll_interval,
-                                         1.0),
+        dump_directory=get("dump-directory", Path("/tmp/dcgm-exporter-debug")),
+        dump_retention_hours=get("dump-retention", 24),
+        dump_compression=switch("dump-compression", default=True),
+        gpu_bind_unbind_poll_seconds=get("gpu-bind-unbind-poll-interval", 1.0),
         exporter_metrics=switch("enable-exporter-metrics"),
-        max_concurrent_scrapes=get("max-concurrent-scrapes", parse_max_scrapes,
-                                   DEFAULT_MAX_CONCURRENT_SCRAPES),
+        max_concurrent_scrapes=get("max-concurrent-scrapes", DEFAULT_MAX_CONCURRENT_SCRAPES),
         naming=naming,
-        startup_label_wait_ms=get("startup-label-wait", parse_label_wait, DEFAULT_LABEL_WAIT_MS),
+        startup_label_wait_ms=get("startup-label-wait", DEFAULT_LABEL_WAIT_MS),
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:
