@@ -44,9 +44,8 @@ async def first_picture(rest: "asyncio.Future[None]", missing: Callable[[], list
     counts). `news` wakes it when a source answers; `again` re-reads what an answer that came
     after the pass's refresh may complete (the claims, once their client loaded). What was
     still missing at the bound is logged once. Returns the seconds since `started`."""
-    deadline = time.monotonic() - (time.perf_counter() - started) + bound
     while not (rest.done() and not missing()):
-        remaining = deadline - time.monotonic()
+        remaining = started + bound - time.perf_counter()
         if remaining <= 0:
             lacking = [*([] if rest.done() else ["this pass's sources"]), *missing()]
             if bound > 0:

@@ -201,18 +201,18 @@ class Collector:
         # which device IDs name this node's GPUs (issue 26).
         first = self.snapshot is None
         concurrent = [] if first else self._refresh_concurrent()
-        rest: list[asyncio.Future[None]] = []
+        rest: asyncio.Future[None] | None = None
         try:
             await self._sample(fields, skipped, started)
             if first:
                 concurrent = self._refresh_concurrent()
-            rest.append(asyncio.ensure_future(self._refresh_rest(concurrent)))
+            rest = asyncio.ensure_future(self._refresh_rest(concurrent))
             if not self.ready:  # the first picture: whole when it can be, bounded (issue 32)
-                await self._first_picture(rest[0], started)
-            await rest[0]
+                await self._first_picture(rest, started)
+            await rest
         finally:
-            for task in (*concurrent, *rest):
-                if not task.done():
+            for task in (*concurrent, rest):
+                if task is not None and not task.done():
                     task.cancel()
         self._show()
         if self.dump is not None:

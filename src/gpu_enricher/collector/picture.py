@@ -44,7 +44,7 @@ class Painter:
         joined = compose(inputs, self.join)
         families = [*joined.families, *self.accounts.families(inputs, joined)]
         node = inputs.node
-        own = self_families(node, dict(health), self.join.hostname, self._backend_name)
+        own = self_families(node, health, self.join.hostname, self._backend_name)
         self._unmatched.report(
             joined.attribution.unmatched if joined.attribution is not None else (),
             joined.claims.unresolved if joined.claims is not None else {},

@@ -13,6 +13,7 @@ from ..attribution.workloads import EMPTY_INDEX, PodIndex
 from ..fields import names
 from ..fields.convert import MIB
 from ..fields.counters import CounterPlan
+from ..fields.namings import FB_USED, FB_USED_BYTES, GPU_UTIL, GPU_UTIL_RATIO
 from ..fields.spec import MigScope
 from ..fields.table import EVENT_FIELDS, IMPLEMENTED
 from ..model import NO_JOBS, FieldValue, GpuInstance, GpuSnapshot, JobMapping, NodeSnapshot
@@ -20,9 +21,7 @@ from .label_drop import kept
 from .render import Family, Sample, format_value, label_pairs
 from .shape import FLEX, PLAIN_STYLE, DeviceSelection, LabelStyle, monitored
 
-# A shared device's values split per pod (`_split`), under both namings (fields/namings.py).
-FB_USED, FB_USED_BYTES = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED_BYTES"
-GPU_UTIL, GPU_UTIL_RATIO = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"
+# A shared device's values split per pod (`_split`), under both namings.
 _NOTHING_USED: Final[Mapping[str, FieldValue]] = MappingProxyType(
     {FB_USED: 0, FB_USED_BYTES: 0, GPU_UTIL: 0, GPU_UTIL_RATIO: 0.0})
 

@@ -11,14 +11,18 @@ from typing import Any, Final
 from ..attribution.devices import Attribution, EntityKey, Holder
 from ..attribution.workloads import GpuProcess, PodIndex
 from ..fields.convert import MIB
+from ..fields.namings import (
+    FB_CAPACITY_BYTES,
+    FB_TOTAL,
+    FB_USED,
+    FB_USED_BYTES,
+    GPU_UTIL,
+    GPU_UTIL_RATIO,
+)
 from ..model import NO_JOBS, FieldValue, GpuInstance, GpuSnapshot, JobMapping, NodeSnapshot
 
 API_VERSION: Final = "v1"
 Document = dict[str, Any]
-
-
-FB_CAPACITY_BYTES: Final = "DCGM_FI_DEV_FB_CAPACITY_BYTES"
-FB_USED_BYTES: Final = "DCGM_FI_DEV_FB_USED_BYTES"
 
 
 def _bytes(values: Mapping[str, FieldValue], exact: str, mib: str) -> int | None:
@@ -33,10 +37,10 @@ def _bytes(values: Mapping[str, FieldValue], exact: str, mib: str) -> int | None
 
 def _utilization(values: Mapping[str, FieldValue]) -> float | None:
     """DCGM_FI_DEV_GPU_UTIL_RATIO (DCGM 4.7), else DCGM_FI_DEV_GPU_UTIL (%) as a ratio."""
-    value = values.get("DCGM_FI_DEV_GPU_UTIL_RATIO")
+    value = values.get(GPU_UTIL_RATIO)
     if isinstance(value, int | float):
         return round(float(value), 4)
-    value = values.get("DCGM_FI_DEV_GPU_UTIL")
+    value = values.get(GPU_UTIL)
     return round(float(value) / 100, 4) if isinstance(value, int | float) else None
 
 
@@ -82,8 +86,8 @@ def _instance(gpu: GpuSnapshot, inst: GpuInstance, attribution: Attribution,
     return {
         "gpu_instance_id": inst.gpu_instance_id, "compute_instance_id": inst.compute_instance_id,
         "profile": inst.profile, "uuid": inst.uuid,
-        "memory_total_bytes": _bytes(inst.values, FB_CAPACITY_BYTES, "DCGM_FI_DEV_FB_TOTAL"),
-        "memory_used_bytes": _bytes(inst.values, FB_USED_BYTES, "DCGM_FI_DEV_FB_USED"),
+        "memory_total_bytes": _bytes(inst.values, FB_CAPACITY_BYTES, FB_TOTAL),
+        "memory_used_bytes": _bytes(inst.values, FB_USED_BYTES, FB_USED),
         # NVML has no GPU_UTIL per instance; its graphics-engine activity (GPM) is the figure.
         "utilization_ratio": _activity(inst.values),
         **_device((gpu.identity.index, inst.gpu_instance_id), attribution, procs, pods, jobs),
@@ -102,8 +106,8 @@ def gpus_document(node: NodeSnapshot | None, attribution: Attribution,
         gpus.append({
             "index": ident.index, "uuid": ident.uuid, "model": ident.model_name,
             "pci_bus_id": ident.pci_bus_id, "healthy": gpu.healthy, "error": gpu.error,
-            "memory_total_bytes": _bytes(values, FB_CAPACITY_BYTES, "DCGM_FI_DEV_FB_TOTAL"),
-            "memory_used_bytes": _bytes(values, FB_USED_BYTES, "DCGM_FI_DEV_FB_USED"),
+            "memory_total_bytes": _bytes(values, FB_CAPACITY_BYTES, FB_TOTAL),
+            "memory_used_bytes": _bytes(values, FB_USED_BYTES, FB_USED),
             "utilization_ratio": _utilization(values),
             "mig_enabled": gpu.mig_enabled,
             "mig_instances": [_instance(gpu, i, attribution, processes, pods, jobs)

@@ -20,6 +20,11 @@ from typing import Final, NamedTuple
 from ..model import FieldValue
 from .convert import MIB, NVLINK_BYTES_PER_CLASSIC_UNIT
 
+# The fields the join splits per pod and the query document reads, under either naming.
+FB_TOTAL, FB_CAPACITY_BYTES = "DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_FB_CAPACITY_BYTES"
+FB_USED, FB_USED_BYTES = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED_BYTES"
+GPU_UTIL, GPU_UTIL_RATIO = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"
+
 
 class Scale(Enum):
     """How a DCGM 4.7 name's unit relates to its classic name's."""
