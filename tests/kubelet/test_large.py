@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import threading
 import time
 from collections.abc import Sequence
 
@@ -64,6 +65,21 @@ class Lateness:
         self.ticks = 0
         self._woke = 0.0
         self._task: asyncio.Task[None] | None = None
+        self.collections: list[tuple[int, float]] = []
+        """The garbage collections meanwhile: (generation, seconds), for a failure's message."""
+        self._collecting = 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._collecting = time.perf_counter()
+        else:
+            self.collections.append((info["generation"], time.perf_counter() - self._collecting))
+
+    def __str__(self) -> str:
+        longest = max(self.collections, key=lambda c: c[1], default=None)
+        return (f"loop held up to {self.worst:.3f} s over {self.ticks} ticks; "
+                f"{len(self.collections)} garbage collections, the longest {longest}; "
+                f"{threading.active_count()} threads")
 
     def _late(self) -> float:
         return time.perf_counter() - self._woke - self.PERIOD
@@ -85,6 +101,7 @@ class Lateness:
         self._task = asyncio.create_task(self._run())
         await asyncio.sleep(0.05)  # running, and the first ticks are not the measured ones
         self.worst, self.ticks = 0.0, 0
+        gc.callbacks.append(self._on_gc)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -93,6 +110,7 @@ class Lateness:
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+        gc.callbacks.remove(self._on_gc)
         gc.unfreeze()
 
 

@@ -186,7 +186,7 @@ async def test_the_50_mb_answer_of_issue_26_keeps_only_the_nodes_holders(
     assert kubelet.list_answer_bytes > 48 * MIB
     async with Lateness() as lateness:
         await source.refresh(SIM_NODE)
-    assert lateness.worst < 0.1, lateness.worst
+    assert lateness.worst < 0.1, str(lateness)
     snapshot = source.snapshot()
     assert snapshot.up and snapshot.assignments == tuple(REAL)
     assert source.unmatched.count == 250_000
@@ -206,7 +206,7 @@ async def test_a_50_mb_allocatable_answer_is_matched_off_the_loop(
     select = held_on(node_index(SIM_NODE.gpus), frozenset({"nvidia.com/gpu.shared"}))
     async with Lateness() as lateness:
         offered = await source.client.allocatable(select)
-    assert lateness.worst < 0.1, lateness.worst
+    assert lateness.worst < 0.1, str(lateness)
     assert offered is not None and offered.unmatched.count == 250_000
     assert offered.unmatched.sample == tuple(ids[:5])
     assert offered.devices == tuple(sorted(SIM.allocatable(), key=lambda d: d.resource))
