@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -10,10 +11,11 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,3 +199,18 @@ def capture_bodies(server: Server, bodies: Path) -> dict[str, dict[str, str]]:
         (bodies / f"{variant}.bin").write_bytes(body)
     (bodies / "headers.json").write_text(json.dumps(headers, indent=1))
     return headers
+
+
+@contextlib.contextmanager
+def baseline_tree(commit: str) -> Iterator[Path]:
+    """A `git worktree` of `commit` in a temporary directory, removed afterwards: the tree an
+    A/B bench measures this one against."""
+    with tempfile.TemporaryDirectory(prefix="gpu-enricher-baseline-") as tmp:
+        tree = Path(tmp) / "baseline"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit],
+                       cwd=ROOT, check=True, capture_output=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                           check=False, capture_output=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from _common import PYTHON, ROOT, free_port, http_get
+from _common import PYTHON, ROOT, baseline_tree, free_port, http_get
 
 sys.path.insert(0, str(ROOT))
 from tests.holders import Expected, builtin_scenario, expected, unlabelled
@@ -132,25 +132,19 @@ def main() -> int:
     args = parser.parse_args()
     intervals = [int(i) for i in args.intervals.split(",")]
     print(f"# {shlex.join(['.venv/bin/python', 'bench/first_scrape.py', *sys.argv[1:]])}\n")
-    with tempfile.TemporaryDirectory(prefix="gpu-enricher-first-scrape-") as tmp_name:
+    with (tempfile.TemporaryDirectory(prefix="gpu-enricher-first-scrape-") as tmp_name,
+          baseline_tree(args.baseline) as baseline):
         tmp = Path(tmp_name)
-        baseline = tmp / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", str(baseline), args.baseline],
-                       cwd=ROOT, check=True, capture_output=True)
-        try:
-            rows = []
-            for kind in kinds(tmp):
-                for interval in intervals:
-                    results = {}
-                    for label, tree in (("baseline", baseline), ("this tree", ROOT)):
-                        runs = [one_run(tree, kind, interval) for _ in range(args.runs)]
-                        results[label] = summary(runs)
-                        print(f"{kind.name} -c {interval} {label}: {results[label]}",
-                              file=sys.stderr)
-                    rows.append((kind.name, interval, results))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT,
-                           check=False, capture_output=True)
+        rows = []
+        for kind in kinds(tmp):
+            for interval in intervals:
+                results = {}
+                for label, tree in (("baseline", baseline), ("this tree", ROOT)):
+                    runs = [one_run(tree, kind, interval) for _ in range(args.runs)]
+                    results[label] = summary(runs)
+                    print(f"{kind.name} -c {interval} {label}: {results[label]}",
+                          file=sys.stderr)
+                rows.append((kind.name, interval, results))
     print(f"Seconds from process start (medians of {args.runs} runs): /ready; first scrape "
           f"after /ready whole (of {args.runs}); every holder labelled. Baseline "
           f"{args.baseline}.\n")

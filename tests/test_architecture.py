@@ -37,7 +37,7 @@ PARSE_HALVES = (
     "attribution.devices", "attribution.claims", "attribution.workloads",
     "attribution.podlabels", "attribution.jobmap", "attribution.shares", "collector.cycle",
     "collector.ledger", "collector.news",
-    "collector.options", "collector.planner", "kube.events", "kube.pods", "kube.slices",
+    "collector.options", "collector.watch", "kube.events", "kube.pods", "kube.slices",
     "kube.claims", "kubelet.answers", "kubelet.selection", "kubelet.statuses",
     "web.config", "web.config_model", "cli.flag_values", "cli.dcgm_flags", "cli.compat",
     "cli.options",

@@ -60,7 +60,7 @@ class Announcing(Protocol):
 @runtime_checkable
 class Initial(Protocol):
     """A source whose view starts empty until its first answer (a list+watch): the first
-    picture after a start waits for it, bounded (collector/first_picture.py)."""
+    picture after a start waits for it, bounded (collector/pacing.py)."""
 
     @property
     def listed(self) -> bool:

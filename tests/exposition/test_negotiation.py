@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_enricher.exposition.render import wants_gzip, wants_openmetrics
+from gpu_enricher.exposition.negotiation import wants_gzip, wants_openmetrics
 
 OM = "application/openmetrics-text"
 PROMETHEUS_2 = (f"{OM};version=1.0.0,{OM};version=0.0.1;q=0.75,"

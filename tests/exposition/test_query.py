@@ -126,6 +126,9 @@ def test_encode_is_compact_json() -> None:
     body = encode(doc)
     assert json.loads(body) == doc
     assert b": " not in body and b", " not in body
+    # In pieces (issue 33), the same bytes as one json.dumps of the whole.
+    assert body == json.dumps(doc, separators=(",", ":")).encode()
+    assert encode({"gpus": [], "hostname": None}) == b'{"gpus":[],"hostname":null}'
 
 
 def shape(doc: dict[str, Any]) -> list[tuple[int, list[int]]]:

@@ -9,7 +9,16 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from gpu_enricher.attribution.devices import Attribution, attribute
 from gpu_enricher.exposition.join import dcgm_families
 from gpu_enricher.exposition.ownmetrics import OwnMetrics
-from gpu_enricher.exposition.render import Exposition, Family, Sample, format_value, label_pairs
+from gpu_enricher.exposition.render import (
+    Exposition,
+    Family,
+    Sample,
+    SampleLines,
+    format_value,
+    label_pairs,
+    render_openmetrics,
+    render_text,
+)
 from gpu_enricher.exposition.selfmetrics import allocation_family, self_families
 from gpu_enricher.fields.counters import parse_counters, plan_counters
 from gpu_enricher.fields.names import Hostname
@@ -195,6 +204,32 @@ def test_gzip_bodies_are_cached_and_decompress_to_the_plain_body() -> None:
     assert gzip.decompress(gz) == expo.text
     assert expo.body(openmetrics=False, gzipped=True) is gz
     assert gzip.decompress(expo.body(openmetrics=True, gzipped=True)) == expo.openmetrics
+
+
+def test_a_family_kept_from_the_picture_before_renders_the_same_bytes() -> None:
+    """Issue 33: sample lines of an unchanged family are reused, a changed one is rendered;
+    either way the bodies are those of rendering every family afresh."""
+    lines = SampleLines()
+    first = families()
+    changed = [first[0], Family(first[1].name, first[1].prom_type, first[1].help,
+                                first[1].samples[:1]), *first[2:]]
+    for picture in (first, first, changed, changed[1:], first):
+        kept = Exposition.from_families(picture, (b"own\n", b"own\n# EOF\n"), lines)
+        fresh = Exposition.from_families(picture, (b"own\n", b"own\n# EOF\n"))
+        assert kept.text == fresh.text == render_text(picture) + b"own\n"
+        assert kept.openmetrics == fresh.openmetrics == (
+            render_openmetrics(picture, eof=False) + b"own\n# EOF\n")
+
+
+def test_gzip_variants_asked_of_one_picture_are_compressed_with_the_next() -> None:
+    before = Exposition.from_families(families())
+    before.body(openmetrics=True, gzipped=True)
+    before.body(openmetrics=False, gzipped=False)
+    assert before.asked == {(True, True), (False, False)}
+    after = Exposition.from_families(families())
+    after.compress(before.asked)
+    assert set(after._gzipped) == {True}, "only the gzip variant asked for, made in advance"
+    assert gzip.decompress(after.body(openmetrics=True, gzipped=True)) == after.openmetrics
 
 
 def test_empty_family_prints_nothing() -> None:

@@ -129,6 +129,9 @@ class LogNameSource:
         # Held by the thread listing the root. A timed-out refresh leaves that thread running
         # (a hung NFS /var/log): later passes must not strand one more thread each behind it.
         self._listing = threading.Lock()
+        # The last listings and their names: the same listings are not parsed again.
+        self._listed: tuple[list[str] | None, list[str] | None] | None = None
+        self._parsed = PodDirectory()
 
     async def start(self) -> None:
         """Nothing runs in the background: all work happens in refresh."""
@@ -139,7 +142,7 @@ class LogNameSource:
         try:
             if self._listing.locked():
                 raise _ListingBusy
-            container_logs, pod_dirs, failures = await asyncio.to_thread(self._list)
+            container_logs, pod_dirs, failures, directory = await asyncio.to_thread(self._list)
         except _ListingBusy:
             self._failed("busy", "a listing of the kubelet's log names under %s from a "
                          "previous pass is still running (a hung mount?); keeping the last "
@@ -159,7 +162,7 @@ class LogNameSource:
                              "no pod names from log files; set --kubelet-log-root to the "
                              "host's /var/log")
             return
-        self._directory = pod_directory(container_logs or (), pod_dirs or ())
+        self._directory = directory
         self._up = True
         self.collections += 1
         self.last_duration = time.perf_counter() - started
@@ -168,8 +171,10 @@ class LogNameSource:
             log.warning("pod names come from the log files under %s again", self.root)
             self._problem = None
 
-    def _list(self) -> tuple[list[str] | None, list[str] | None, list[str]]:
-        """Both listings (None: missing or unreadable) and the reasons of those unreadable."""
+    def _list(self) -> tuple[list[str] | None, list[str] | None, list[str], PodDirectory]:
+        """Both listings (None: missing or unreadable), the reasons of those unreadable, and
+        the names they give, parsed here, off the event loop (issue 33: 110 pods' names held
+        the loop for milliseconds), and only when a listing changed."""
         if not self._listing.acquire(blocking=False):  # never wait behind a stuck one
             raise _ListingBusy
         try:
@@ -182,7 +187,11 @@ class LogNameSource:
                     failures.append("permission" if isinstance(exc, PermissionError)
                                     else "unreadable")
                     listings.append(None)
-            return listings[0], listings[1], failures
+            containers, pods = listings
+            if (containers, pods) != self._listed:
+                self._listed = (containers, pods)
+                self._parsed = pod_directory(containers or (), pods or ())
+            return containers, pods, failures, self._parsed
         finally:
             self._listing.release()
 

@@ -1,7 +1,8 @@
 """The collection cycle: sample the backend → join → render once → swap the bytes in.
 
-`/metrics` only reads `Collector.exposition`; it never waits on NVML. All blocking backend
-calls of a pass go to one dedicated worker thread in one hop.
+`/metrics` only reads `Collector.exposition`; it never waits on NVML or on the pass. All
+blocking backend calls of a pass go to one dedicated worker thread in one hop; the join and
+render to another (`painting.py`); the sources' refresh order is `refresh.py`'s.
 """
 
 import asyncio
@@ -9,9 +10,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from prometheus_client.metrics_core import Metric
+
 from ..backend import BackendUnavailable, GpuBackend
 from ..exposition.query import Document
-from ..exposition.render import Exposition
+from ..exposition.render import Exposition, Variant
 from ..exposition.selfmetrics import picture_families
 from ..fields.counters import CounterLine, CounterPlan
 from ..health.clock_events import ClockEventSource
@@ -28,18 +31,18 @@ from ..model import (
     SliceDirectory,
     SourceHealth,
 )
-from ..sources import Announcing, Source, SourceSet
+from ..sources import Announcing, Source
 from .accounts import PodAccounts
 from .cycle import CycleInputs
 from .dump import PassDump
-from .first_picture import NewsWait, first_picture, still_missing
 from .news import report_gpu_changes
 from .options import CollectorOptions as CollectorOptions
-from .pacing import PassSchedule
-from .picture import Painter
-from .planner import CounterPlanner
+from .pacing import NewsWait, PassSchedule, first_picture, still_missing
+from .painting import PaintingThread, prefer_the_loop
+from .picture import Painter, Picture
+from .refresh import LabelSources, PassSources
 from .session import BackendSession
-from .watch import FieldCadence
+from .watch import CounterPlanner, FieldCadence
 
 log = logging.getLogger(__name__)
 
@@ -67,26 +70,19 @@ class Collector:
         self.backend = backend
         self.assignments = assignments
         self.pods = pods
-        self.logs = logs
         self.processes = processes
         self.slices = slices
-        self.xids = xids
-        self.claim_access = claim_access
-        self.jobs = jobs
         self.dump = dump  # --dump-enabled: each pass's readings written to files
         # Clock-event counts and health verdicts come from the passes themselves: always kept
-        # (cheap, no I/O).
+        # (cheap, no I/O). `others` are read by others than the join (reload.py: the -m
+        # ConfigMap): refreshed, health and self-metrics only.
         self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
         self.gpu_health = HealthSource(options.xid_window_ms / 1000)
-        # A source's refresh may take most of a pass, never more (the kubelet's own deadline
-        # is shorter); a stuck one is abandoned and counted.
-        self._sources = SourceSet((assignments, pods, logs, processes, slices, xids, jobs,
-                                   claim_access, self.clock_events, self.gpu_health,
-                                   # Read by others than the join (reload.py: the -m
-                                   # ConfigMap): refreshed, health and self-metrics only.
-                                   *others),
-                                  max(1.0, options.interval_seconds))
-        self.sources = self._sources.all
+        self._feeds = PassSources(
+            LabelSources(assignments, pods, logs, processes, slices, xids, claim_access, jobs),
+            tuple(others), self.clock_events, self.gpu_health,
+            max(1.0, options.interval_seconds))
+        self.sources = self._feeds.set.all
         self.options = options
         self._join = options.join()
         self._session = BackendSession(backend, options, wall_clock)
@@ -101,8 +97,8 @@ class Collector:
         self.running = False
         self._accounts = PodAccounts(options.interval_seconds, options.process_metrics,
                                      self._join.drop_labels, options.hostname)
-        self._painter = Painter(self._join, self._accounts, backend.name)
-        self._news = NewsWait(asyncio.Event(), self._render_news)
+        self._painting = PaintingThread(Painter(self._join, self._accounts, backend.name))
+        self._news = NewsWait(asyncio.Event(), self._repaint)
         for source in self.sources:
             if isinstance(source, Announcing):
                 source.subscribe(self._news.news.set)
@@ -122,36 +118,42 @@ class Collector:
     def health(self) -> dict[str, SourceHealth]:
         """Per-source health: the GPU backend and every other source."""
         health = {self.backend.name: self._session.health()}
-        health.update(self._sources.health())
+        health.update(self._feeds.set.health())
         return health
 
-    def _inputs(self) -> CycleInputs:
-        return CycleInputs(
-            self.snapshot, self.plan,
-            self.assignments.snapshot() if self.assignments is not None else None,
-            self.pods.snapshot() if self.pods is not None else None,
-            self.logs.snapshot() if self.logs is not None else None,
-            self.processes.snapshot() if self.processes is not None else None,
-            self._session.last_success,
-            self.slices.snapshot() if self.slices is not None else None,
-            self.xids.snapshot() if self.xids is not None else None,
-            self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot(),
-            self.claim_access.snapshot() if self.claim_access is not None else None,
-            self.jobs.snapshot() if self.jobs is not None else None)
-
-    def _render(self) -> Exposition:
-        """One picture of every source's snapshot (picture.py); the document swapped in with
-        the bytes it goes with."""
-        own = [*self._sources.families(),
+    # -- pictures (painting.py) ----------------------------------------------------------
+    def _sitting(self, asked: frozenset[Variant]) -> tuple[
+            CycleInputs, dict[str, SourceHealth], list[Metric], frozenset[Variant]]:
+        """What a picture is painted from, gathered on the loop (the sources' state is the
+        loop's): the snapshots, health, our own families; `asked`: the variants scrapers took
+        of the picture before, which this one compresses in advance."""
+        own = [*self._feeds.set.families(), *self._painting.families(),
                *picture_families(self.first_picture_seconds, self._news.renders)]
-        picture = self._painter.paint(self._inputs(), self.health(), own)
+        return (self._feeds.inputs(self.snapshot, self.plan, self._session.last_success),
+                self.health(), own, asked)
+
+    def _swap(self, picture: Picture) -> Exposition:
+        """The document swapped in with the bytes it goes with (the caller assigns those)."""
         self.document, self.document_body = picture.document, picture.document_body
         return picture.exposition
 
-    def _render_news(self) -> None:
-        """Between passes, a source's news: the join and render again, no NVML pass."""
+    def _render(self) -> Exposition:
+        """A picture painted here, on the loop: before it runs, and a backend unavailable."""
+        return self._swap(self._painting.paint_here(*self._sitting(frozenset())))
+
+    async def _repaint(self) -> None:
+        """A picture painted on the painter's thread, then swapped in; between passes, on a
+        source's news, without an NVML pass (issue 32)."""
         if self.ready:
-            self.exposition = self._render()
+            self._painting.watch_the_loop()
+            try:
+                await self._paint()
+            finally:
+                self._painting.loop_held()
+
+    async def _paint(self) -> None:
+        sitting = self._sitting(frozenset(self.exposition.asked))
+        self.exposition = self._swap(await self._painting.paint(*sitting))
 
     # -- backend lifecycle (session.py) -------------------------------------------------
     @property
@@ -188,7 +190,17 @@ class Collector:
 
     async def collect_once(self) -> None:
         """One pass: NVML on its thread and the concurrent sources (the kubelet's `List`)
-        together, then the sources that need the new GPU snapshot (/proc), one render."""
+        together, then the sources that need the new GPU snapshot (/proc), one picture; the
+        loop's lag watched throughout (issue 33)."""
+        self._painting.watch_the_loop()
+        try:
+            await self._pass()
+        finally:
+            self._painting.loop_held()
+        if self.dump is not None:
+            self.dump.offer(self.snapshot)
+
+    async def _pass(self) -> None:
         plan = self._planner.refresh(self.backend, stale_only=True)
         planned = [m.field for m in plan.metrics]
         every_pass = self.clock_events.sampled_fields(planned).union(
@@ -196,17 +208,14 @@ class Collector:
         skipped = self._cadence.skipped(plan.sampled_fields - every_pass)
         fields = plan.sampled_fields.union(every_pass) - skipped
         started = time.perf_counter()
-        # The concurrent sources are handed the GPUs of the pass before; on the first pass,
-        # after NVML's first answer, so the kubelet's thread never lists without knowing
-        # which device IDs name this node's GPUs (issue 26).
-        first = self.snapshot is None
-        concurrent = [] if first else self._refresh_concurrent()
+        first = self.snapshot is None  # the kubelet waits for NVML's first answer (refresh.py)
+        concurrent = [] if first else self._feeds.refresh_concurrent(self.snapshot)
         rest: asyncio.Future[None] | None = None
         try:
             await self._sample(fields, skipped, started)
             if first:
-                concurrent = self._refresh_concurrent()
-            rest = asyncio.ensure_future(self._refresh_rest(concurrent))
+                concurrent = self._feeds.refresh_concurrent(self.snapshot)
+            rest = asyncio.ensure_future(self._feeds.refresh_rest(self.snapshot, concurrent))
             if not self.ready:  # the first picture: whole when it can be, bounded (issue 32)
                 await self._first_picture(rest, started)
             await rest
@@ -214,43 +223,20 @@ class Collector:
             for task in (*concurrent, rest):
                 if task is not None and not task.done():
                     task.cancel()
-        self._show()
-        if self.dump is not None:
-            self.dump.offer(self.snapshot)
-
-    async def _refresh_rest(self, concurrent: list[asyncio.Future[None]]) -> None:
-        """A pass's sources after its NVML answer: those derived from it, those that need it
-        (/proc), the concurrent ones' end (the kubelet's List), then the claims it names."""
-        derived: tuple[Source[object], ...] = (self.clock_events, self.gpu_health)
-        for pure in derived:  # from the pass itself, no I/O
-            await self._sources.refresh(pure, self.snapshot)
-        last = (*derived, self.claim_access)
-        for source in self.sources:
-            if source.after_gpus and source not in last:
-                await self._sources.refresh(source, self.snapshot)
-        await asyncio.gather(*concurrent)  # each bounded by the source set's deadline
-        await self._refresh_claims()
-
-    async def _refresh_claims(self) -> None:
-        if self.claim_access is not None:  # reads the claims of this pass's kubelet List
-            await self._sources.refresh(self.claim_access, self.snapshot)
+        await self._show()
 
     async def _first_picture(self, rest: "asyncio.Future[None]", started: float) -> None:
         """Render and turn ready once every labelling source answered, or at the bound."""
         self.first_picture_seconds = await first_picture(
             rest, lambda: still_missing(self.sources), self._news.news, started,
-            self.options.label_wait_seconds, self._refresh_claims)
-        self._show()
+            self.options.label_wait_seconds, lambda: self._feeds.refresh_claims(self.snapshot))
+        await self._show()
 
-    def _show(self) -> None:
-        """Render, swap the bytes in, ready: what the sources said so far is in it."""
-        self.exposition = self._render()
+    async def _show(self) -> None:
+        """Paint, swap the bytes in, ready: what the sources said so far is in it."""
+        await self._paint()
         self._news.rendered()
         self.ready = True
-
-    def _refresh_concurrent(self) -> list[asyncio.Future[None]]:
-        return [asyncio.ensure_future(self._sources.refresh(s, self.snapshot))
-                for s in self.sources if not s.after_gpus]
 
     async def _sample(self, fields: frozenset[str], skipped: frozenset[str],
                       started: float) -> None:
@@ -278,7 +264,8 @@ class Collector:
         slow pass missed."""
         self.running = True
         try:
-            await self._sources.start()
+            prefer_the_loop()  # the painter's thread lets a scrape in within 0.5 ms
+            await self._feeds.set.start()
             await self.open_backend()
             while True:
                 try:
@@ -294,7 +281,8 @@ class Collector:
                 await self._news.until(self._schedule.wait())
         finally:
             self.running = False
-            await self._sources.close()
+            self._painting.close()
+            await self._feeds.set.close()
             if self.dump is not None:
                 await self.dump.close()
             await self._session.close()

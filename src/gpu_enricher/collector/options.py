@@ -38,7 +38,7 @@ class CollectorOptions:
     """Watch groups of dcgm-exporter's config file: field → its interval (collector/watch.py)."""
     label_wait_seconds: float = 2.0
     """`--startup-label-wait`: how long the first render waits for the sources that label
-    series (collector/first_picture.py); 0: it renders right after the first NVML pass."""
+    series (collector/pacing.py); 0: it renders right after the first NVML pass."""
 
     def join(self) -> JoinOptions:
         return JoinOptions(

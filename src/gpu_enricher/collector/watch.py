@@ -1,4 +1,11 @@
-"""Fields read every Nth pass: dcgm-exporter's watch groups (`collection.watchGroups` of its
+"""What a pass reads: the counters lines in force (`CounterPlanner`), and the fields read every
+Nth pass (`FieldCadence`).
+
+The counters lines in force and what the backend can deliver of them (counters.CounterPlan):
+a reloaded counters file (reload.py) is planned at the start of the next pass, so the
+exposition in between is the old one, whole (issue 13: reload without a gap).
+
+Fields read every Nth pass: dcgm-exporter's watch groups (`collection.watchGroups` of its
 config file, fields/exporter_config.py) on our collection passes.
 
 A field watched every I ms is read on every ceil(I / interval)-th pass, counted from the
@@ -18,8 +25,11 @@ import dataclasses
 import math
 from collections.abc import Collection, Mapping
 
+from ..backend import GpuBackend
+from ..fields.counters import CounterLine, CounterPlan, plan_counters
 from ..fields.table import EVENT_FIELDS, IMPLEMENTED, PROFILING_FIELDS
 from ..model import FieldValue, NodeSnapshot
+from .news import report_plan
 
 _Key = tuple[str, str]  # (GPU UUID, MIG device UUID or "")
 
@@ -92,3 +102,25 @@ class FieldCadence:
                 kept.pop(name, None)
         repeated = {name: kept[name] for name in skipped if name in kept}
         return {**values, **repeated} if repeated else values
+
+
+class CounterPlanner:
+    def __init__(self, counters: tuple[CounterLine, ...]) -> None:
+        self.counters = counters
+        self.plan: CounterPlan | None = None
+        self._stale = False
+
+    def replace(self, counters: tuple[CounterLine, ...]) -> None:
+        self.counters, self._stale = counters, True
+
+    def refresh(self, backend: GpuBackend, *, stale_only: bool = False) -> CounterPlan:
+        """Plan for what `backend` delivers now (after an open); `stale_only`: only when the
+        lines changed since."""
+        if self.plan is not None and stale_only and not self._stale:
+            return self.plan
+        self._stale = False
+        plan, warnings = plan_counters(self.counters, backend.deliverable_fields(), backend.name)
+        if plan != self.plan:  # logged once, not again on every reopen
+            report_plan(plan, warnings, self.counters, backend.name)
+        self.plan = plan
+        return plan

@@ -219,24 +219,49 @@ def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
     return result
 
 
+_Reading = tuple[str, Mapping[str, FieldValue] | None, Entity | None]
+"""(labels, the values to read, or else the entity to ask): one entity's source per scope."""
+
+
+def _readings(ents: Sequence[Entity]) -> dict[MigScope, list[_Reading]]:
+    """Where each entity reads a field of each scope, worked out once per pass, not once per
+    field and entity (issue 33: 1,400 lookups a pass on an 8 x 7 MIG node)."""
+    found: dict[MigScope, list[_Reading]] = {scope: [] for scope in MigScope}
+    for ent in ents:
+        for scope, readings in found.items():
+            if ent.overrides:  # a shared device's split values: the entity decides
+                readings.append((ent.labels, None, ent))
+            elif ent.instance is None or scope is MigScope.PARENT:
+                readings.append((ent.labels, ent.gpu.values, None))
+            elif scope is MigScope.INSTANCE:
+                readings.append((ent.labels, ent.instance.values, None))
+    return found
+
+
 def dcgm_families(
     snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
     attribution: Attribution = EMPTY_ATTRIBUTION, virtual_gpus: bool = False,
     pods: PodContext = NO_PODS, devices: DeviceSelection = FLEX, jobs: JobMapping = NO_JOBS,
 ) -> list[Family]:
-    ents = entities(snapshot, plan, hostname, attribution, virtual_gpus, pods, devices, jobs)
+    readings = _readings(
+        entities(snapshot, plan, hostname, attribution, virtual_gpus, pods, devices, jobs))
     families: list[Family] = []
     for metric in plan.metrics:
         if metric.field in EVENT_FIELDS:  # counted from events: event_families builds them
             continue
         # The family is named as the counters line names it (a legacy `dcgm_sm_clock`, an
         # alias); its values are those of the implemented field it resolves to.
-        scope = IMPLEMENTED[metric.field].mig
+        field, scope = metric.field, IMPLEMENTED[metric.field].mig
         samples: list[Sample] = []
-        for ent in ents:
-            value = ent.value(metric.field, scope)
+        value: FieldValue | None = None
+        for labels, values, ent in readings[scope]:
+            if values is not None:
+                value = values.get(field)
+            elif ent is not None:
+                value = ent.value(field, scope)
             if value is None or isinstance(value, str):
                 continue
-            samples.append(Sample(ent.labels, format_value(value)))
+            samples.append(Sample(labels, str(value) if type(value) is int
+                                  else format_value(value)))
         families.append(Family(metric.name, metric.prom_type, metric.help, tuple(samples)))
     return families

@@ -1,4 +1,5 @@
-"""The exporter's own exposition, rendered by prometheus_client once per cycle.
+"""The exporter's own exposition, collected through prometheus_client once per cycle and
+rendered in its bytes by `client_format.py`.
 
 Besides the `gpu_enricher_*` families it carries prometheus_client's standard collectors
 (`process_*` from /proc, `python_info`, `python_gc_*`), so the usual exporter dashboards and
@@ -8,7 +9,7 @@ interval old.
 """
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from prometheus_client import (
@@ -16,12 +17,11 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.exposition import generate_latest as text_exposition
 from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector as ClientCollector
 from prometheus_client.registry import CollectorRegistry
 
+from .client_format import render_client_families
 from .selfmetrics import (
     AUTH_FAILURE_REASONS,
     CONFIG_FILES,
@@ -29,9 +29,6 @@ from .selfmetrics import (
     config_families,
     http_families,
 )
-
-# Untyped upstream; the same call as the text renderer's.
-openmetrics_exposition: Final[Callable[[ClientCollector], bytes]] = openmetrics.generate_latest
 
 
 class _Families(ClientCollector):
@@ -111,5 +108,4 @@ class OwnMetrics:
         """(text 0.0.4, OpenMetrics ending in `# EOF`) of this cycle's `families` followed by
         the standard ones, each collector asked once for both formats."""
         self._cycle.families = [f for f in families if f.samples]  # absent, not a bare header
-        collected = _Families(list(self._registry.collect()))
-        return text_exposition(collected), openmetrics_exposition(collected)
+        return render_client_families(self._registry.collect())

@@ -6,10 +6,8 @@ counters and prints `19762.0`), so this small renderer is ours. Pure: no I/O, no
 
 import gzip
 import math
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Final, NamedTuple
 
 from ..model import FieldValue
@@ -85,183 +83,110 @@ def _openmetrics_type(family: Family) -> str:
     return "unknown"
 
 
-def _append_samples(out: list[str], family: Family) -> None:
+def sample_lines(family: Family) -> str:
+    """A family's samples as exposition lines: the same in both formats."""
     name = family.name
-    for s in family.samples:
-        labels = f"{{{s.labels}}}" if s.labels else ""
-        out.append(f"{name}{s.suffix}{labels} {s.value}\n")
+    return "".join(f"{name}{s.suffix}{{{s.labels}}} {s.value}\n" if s.labels
+                   else f"{name}{s.suffix} {s.value}\n" for s in family.samples)
+
+
+def _text_header(family: Family) -> str:
+    # Text format names the family after its samples (`x_total`), OpenMetrics does not.
+    header = family.name
+    if family.prom_type == "counter":
+        header += family.samples[0].suffix
+    return (f"# HELP {header} {_escape_help(family.help, False)}\n"
+            f"# TYPE {header} {_text_type(family.prom_type)}\n")
+
+
+def _openmetrics_header(family: Family) -> str:
+    return (f"# TYPE {family.name} {_openmetrics_type(family)}\n"
+            f"# HELP {family.name} {_escape_help(family.help, True)}\n")
+
+
+class SampleLines:
+    """Each family's sample lines, kept from one picture to the next: a family equal to the
+    one of its name in the picture before is not rendered again (issue 33; an equality test of
+    its samples costs a fraction of formatting them)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Family, str]] = {}
+
+    def of(self, families: Sequence[Family]) -> list[str]:
+        last, kept = self._last, {}
+        lines = []
+        for family in families:
+            hit = last.get(family.name)
+            made = hit[1] if hit is not None and hit[0] == family else sample_lines(family)
+            kept[family.name] = (family, made)
+            lines.append(made)
+        self._last = kept
+        return lines
 
 
 def render_text(families: Sequence[Family]) -> bytes:
-    out: list[str] = []
-    for family in families:
-        if not family.samples:
-            continue
-        # Text format names the family after its samples (`x_total`), OpenMetrics does not.
-        header = family.name
-        if family.prom_type == "counter":
-            header += family.samples[0].suffix
-        out.append(f"# HELP {header} {_escape_help(family.help, False)}\n")
-        out.append(f"# TYPE {header} {_text_type(family.prom_type)}\n")
-        _append_samples(out, family)
-    return "".join(out).encode()
+    return "".join(_text_header(f) + sample_lines(f) for f in families if f.samples).encode()
 
 
 def render_openmetrics(families: Sequence[Family], *, eof: bool = True) -> bytes:
-    out: list[str] = []
-    for family in families:
-        if not family.samples:
-            continue
-        out.append(f"# TYPE {family.name} {_openmetrics_type(family)}\n")
-        out.append(f"# HELP {family.name} {_escape_help(family.help, True)}\n")
-        _append_samples(out, family)
-    if eof:
-        out.append("# EOF\n")
-    return "".join(out).encode()
+    body = "".join(_openmetrics_header(f) + sample_lines(f) for f in families if f.samples)
+    return (body + "# EOF\n" if eof else body).encode()
+
+
+Variant = tuple[bool, bool]
+"""(OpenMetrics, gzipped): one of the four bodies a scrape may be given."""
 
 
 class Exposition:
-    """One cycle's rendered output; gzip variants are compressed once, on first request."""
+    """One cycle's rendered output. Gzip variants are compressed off the event loop when the
+    picture is painted, for the variants scrapers asked of the picture before (`asked`), or
+    else once, on the first request."""
 
-    __slots__ = ("_gzipped", "openmetrics", "text")
+    __slots__ = ("_gzipped", "asked", "openmetrics", "text")
 
     def __init__(self, text: bytes, openmetrics: bytes) -> None:
         self.text = text
         self.openmetrics = openmetrics
         self._gzipped: dict[bool, bytes] = {}
+        self.asked: set[Variant] = set()
+        """The variants served from this picture: the next one prepares the same."""
 
     @classmethod
     def from_families(cls, families: Sequence[Family],
-                      own: tuple[bytes, bytes] = (b"", b"# EOF\n")) -> "Exposition":
+                      own: tuple[bytes, bytes] = (b"", b"# EOF\n"),
+                      lines: SampleLines | None = None) -> "Exposition":
         """The DCGM families in our format, followed by `own` (text, OpenMetrics ending in
-        `# EOF`), the exporter's own metrics as prometheus_client renders them."""
+        `# EOF`), the exporter's own metrics in prometheus_client's format. `lines`: the
+        sample lines kept from the picture before."""
+        shown = [f for f in families if f.samples]
+        samples = lines.of(shown) if lines is not None else [sample_lines(f) for f in shown]
         own_text, own_openmetrics = own
-        return cls(render_text(families) + own_text,
-                   render_openmetrics(families, eof=False) + own_openmetrics)
+        text = "".join([x for f, made in zip(shown, samples, strict=True)
+                        for x in (_text_header(f), made)]).encode()
+        openmetrics = "".join([x for f, made in zip(shown, samples, strict=True)
+                               for x in (_openmetrics_header(f), made)]).encode()
+        return cls(text + own_text, openmetrics + own_openmetrics)
 
-    def body(self, *, openmetrics: bool, gzipped: bool) -> bytes:
-        plain = self.openmetrics if openmetrics else self.text
-        if not gzipped:
-            return plain
+    def compress(self, variants: Iterable[Variant]) -> None:
+        """Compress the gzip variants among `variants` now (the painter's thread: zlib lets
+        the loop run meanwhile)."""
+        for openmetrics, gzipped in variants:
+            if gzipped:
+                self._gzip(openmetrics)
+
+    def _gzip(self, openmetrics: bool) -> bytes:
         cached = self._gzipped.get(openmetrics)
         if cached is None:
+            plain = self.openmetrics if openmetrics else self.text
             # mtime=0: identical bodies compress to identical bytes (cache- and test-friendly).
             cached = gzip.compress(plain, compresslevel=GZIP_LEVEL, mtime=0)
             self._gzipped[openmetrics] = cached
         return cached
 
-
-# -- content negotiation (RFC 9110 §12.4, §12.5) --------------------------------------------
-# Two formats and two codings to choose from, so no general negotiation library: the most
-# specific element naming a variant gives its q (equally specific ones: the highest q), q=0
-# means "not acceptable", the highest q wins, and a tie goes to the variant the header names
-# explicitly (OpenMetrics, gzip), as before q-values were read. A malformed element (a q that
-# is not RFC 9110's qvalue, a parameter without a value, a value that is not a token) is
-# dropped as a whole rather than read as q=1 or as a refusal: it can then neither select a
-# variant nor refuse one, and a header of nothing but such elements gets the defaults, the
-# text format without gzip, which every client reads. Parameters other than q are ignored:
-# there is one OpenMetrics and one text version to give.
-
-_TOKEN: Final = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
-_QUOTED: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
-_QVALUE: Final = re.compile(r"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
-_OWS: Final = " \t"
-_OPENMETRICS_RANGE: Final = ("application", "openmetrics-text")
-_TEXT_RANGE: Final = ("text", "plain")
-_NEGOTIATION_CACHE: Final = 16
-"""Distinct header values remembered: a scraper sends the same ones every time."""
-
-
-def _split(text: str, separator: str) -> list[str]:
-    """`text` split at `separator`, except inside quoted strings."""
-    if '"' not in text:
-        return text.split(separator)
-    parts: list[str] = []
-    start, quoted, escaped = 0, False, False
-    for i, char in enumerate(text):
-        if escaped:
-            escaped = False
-        elif quoted:
-            escaped = char == "\\"
-            quoted = char != '"'
-        elif char == '"':
-            quoted = True
-        elif char == separator:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
-
-
-def _weighted(header: str) -> Iterator[tuple[str, float]]:
-    """(lower-case value, q) of each well-formed element of a comma-separated list."""
-    for element in _split(header, ","):
-        value, *params = _split(element, ";")
-        value = value.strip(_OWS).lower()
-        if not value:
-            continue  # an empty list element is allowed, and nothing
-        q: float | None = None
-        for param in params:
-            name, equals, param_value = param.partition("=")
-            name, param_value = name.strip(_OWS).lower(), param_value.strip(_OWS)
-            if not equals or _TOKEN.fullmatch(name) is None:
-                break
-            if name == "q":
-                if q is not None or _QVALUE.fullmatch(param_value) is None:
-                    break
-                q = float(param_value)
-            elif (_TOKEN.fullmatch(param_value) is None
-                  and _QUOTED.fullmatch(param_value) is None):
-                break
-        else:
-            yield value, 1.0 if q is None else q
-
-
-def _media_q(ranges: Sequence[tuple[str, str, float]],
-             wanted: tuple[str, str]) -> tuple[float, bool]:
-    """(q, whether named exactly) of a media type: from its most specific ranges, 0 if none."""
-    best_q, best_rank = 0.0, -1
-    for type_, subtype, q in ranges:
-        if (type_, subtype) == wanted:
-            rank = 2
-        elif type_ == wanted[0] and subtype == "*":
-            rank = 1
-        elif type_ == subtype == "*":
-            rank = 0
-        else:
-            continue
-        if rank > best_rank:
-            best_q, best_rank = q, rank
-        elif rank == best_rank:
-            best_q = max(best_q, q)
-    return best_q, best_rank == 2
-
-
-@lru_cache(maxsize=_NEGOTIATION_CACHE)
-def wants_openmetrics(accept: str) -> bool:
-    """Whether `Accept` selects OpenMetrics over the text format (the default)."""
-    ranges: list[tuple[str, str, float]] = []
-    for value, q in _weighted(accept):
-        type_, slash, subtype = value.partition("/")
-        if (slash and _TOKEN.fullmatch(type_) and _TOKEN.fullmatch(subtype)
-                and (type_ != "*" or subtype == "*")):
-            ranges.append((type_, subtype, q))
-    om, named = _media_q(ranges, _OPENMETRICS_RANGE)
-    text, _ = _media_q(ranges, _TEXT_RANGE)
-    return om > 0 and (om > text or (om == text and named))
-
-
-@lru_cache(maxsize=_NEGOTIATION_CACHE)
-def wants_gzip(accept_encoding: str) -> bool:
-    """Whether `Accept-Encoding` selects gzip over no coding (the default). Identity not named
-    (itself or by `*`) is only the fallback, whatever the q of gzip."""
-    weights: dict[str, float] = {}
-    for coding, q in _weighted(accept_encoding):
-        if _TOKEN.fullmatch(coding):
-            coding = "gzip" if coding == "x-gzip" else coding  # RFC 9110 §8.4.1.3
-            weights[coding] = max(weights.get(coding, 0.0), q)
-    star = weights.get("*")
-    gzip_q = weights.get("gzip", 0.0 if star is None else star)
-    identity = weights.get("identity", star)
-    return gzip_q > 0 and (identity is None or gzip_q > identity
-                           or (gzip_q == identity and "gzip" in weights))
+    def body(self, *, openmetrics: bool, gzipped: bool) -> bytes:
+        self.asked.add((openmetrics, gzipped))
+        if not gzipped:
+            return self.openmetrics if openmetrics else self.text
+        return self._gzip(openmetrics)

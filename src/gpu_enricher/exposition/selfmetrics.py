@@ -6,14 +6,15 @@ renderer.
 """
 
 import platform
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 from .. import __version__
 from ..attribution.devices import Attribution, ClaimRef, EntityKey, Holder, count_devices
 from ..fields import names
 from ..model import AssignmentSnapshot, NodeSnapshot, SourceHealth
+from .client_format import go_float
 from .join import identity_pairs
 
 P = names.SELF_PREFIX
@@ -71,6 +72,19 @@ def self_families(
             [([*identity_pairs(g), *host], 1 if g.healthy else 0) for g in snapshot.gpus]))
     families.extend(_sources(health))
     return families
+
+
+def lag_family(bounds: Sequence[float], counts: Sequence[int], observed: int,
+               total: float) -> Metric:
+    """The event loop's longest lag per pass, a histogram (issue 33; collector/lag.py)."""
+    family = HistogramMetricFamily(
+        f"{P}event_loop_lag_seconds",
+        "The longest time, per collection pass or repaint, that the event loop took to run a "
+        "callback posted to it: what a scrape arriving then waited before its handler ran.")
+    family.add_metric([], [*((go_float(b), c) for b, c in zip(bounds, counts,
+                                                                      strict=True)),
+                           ("+Inf", observed)], total)
+    return family
 
 
 def picture_families(first_wait: float | None, news_renders: int) -> list[Metric]:

@@ -14,14 +14,10 @@ from aiohttp.typedefs import Handler, Middleware
 
 from .. import __version__
 from ..collector.loop import Collector
+from ..exposition.negotiation import wants_gzip, wants_openmetrics
 from ..exposition.ownmetrics import HTTP
 from ..exposition.query import encode, filtered
-from ..exposition.render import (
-    OPENMETRICS_CONTENT_TYPE,
-    TEXT_CONTENT_TYPE,
-    wants_gzip,
-    wants_openmetrics,
-)
+from ..exposition.render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
 if TYPE_CHECKING:
     from .live_security import LiveWebSecurity

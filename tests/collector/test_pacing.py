@@ -1,4 +1,4 @@
-"""collector/first_picture.py on its own: the first picture's bounded wait for the labelling
+"""collector/pacing.py on its own: the first picture's bounded wait for the labelling
 sources, and the renders a source's news asks for between passes (issue 32)."""
 
 import asyncio
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpu_enricher.collector.first_picture import NewsWait, first_picture, still_missing
+from gpu_enricher.collector.pacing import NewsWait, first_picture, still_missing
 from gpu_enricher.model import NodeSnapshot, SourceHealth
 
 
@@ -96,7 +96,11 @@ async def test_news_between_passes_renders_at_most_every_gap_and_never_delays_th
 ) -> None:
     renders: list[float] = []
     news = asyncio.Event()
-    wait = NewsWait(news, lambda: renders.append(time.monotonic()), gap=0.2)
+
+    async def render() -> None:
+        renders.append(time.monotonic())
+
+    wait = NewsWait(news, render, gap=0.2)
     wait.rendered()  # the pass just rendered
     loop = asyncio.get_running_loop()
     for at in (0.01, 0.02, 0.05, 0.3, 0.31):  # two bursts

@@ -1,0 +1,94 @@
+"""Pictures painted off the event loop: the loop answers scrapes, it does not compute (issue 33).
+
+The join, both renders, the gzip bodies scrapers ask for and the JSON document run on one
+daemon thread of their own (`worker.BlockingWorker`, as NVML's calls do); the loop awaits the
+finished picture and swaps it in with one assignment. A thread alone is not enough under the
+GIL: a loop thread woken by a scrape waits for the painter to let go of the interpreter, by
+default up to 5 ms (`sys.getswitchinterval`). `SWITCH_INTERVAL_SECONDS` makes that wait 0.5 ms;
+the painter holds no lock for long otherwise (its JSON is encoded in pieces, zlib lets go of
+the GIL). docs/architecture.md says how the designs compared (bench/pass_cost.py).
+
+Every pass and repaint runs `lag.LoopLagProbe`, whose longest lag per pass goes to
+`gpu_enricher_event_loop_lag_seconds`.
+"""
+
+import asyncio
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Final
+
+from prometheus_client.metrics_core import Metric
+
+from ..exposition.render import Variant
+from ..exposition.selfmetrics import lag_family
+from ..model import SourceHealth
+from ..worker import BlockingWorker
+from .cycle import CycleInputs
+from .lag import LAG_BUCKETS, LagHistogram, LoopLagProbe
+from .picture import Painter, Picture
+
+SWITCH_INTERVAL_SECONDS: Final = 0.0002
+"""How long the painter may keep the GIL from a loop thread that wants it (CPython: 5 ms).
+Only threads that contend pay for the shorter slices; the others wait in the kernel."""
+
+ON_THE_LOOP: Final = False
+"""True paints on the loop itself, as before issue 33: kept for bench/pass_cost.py's
+comparison of the designs."""
+
+
+def prefer_the_loop(seconds: float = SWITCH_INTERVAL_SECONDS) -> None:
+    """Shorten the interpreter's switch interval (process-wide; never lengthens it)."""
+    if sys.getswitchinterval() > seconds:
+        sys.setswitchinterval(seconds)
+
+
+class PaintingThread:
+    """One picture at a time, on its own thread; how long each pass held the loop."""
+
+    def __init__(self, painter: Painter) -> None:
+        self.painter = painter
+        self._worker = BlockingWorker("painter")
+        self._lock = threading.Lock()  # a picture painted here and one on the loop at start
+        self.lag = LagHistogram()
+        self._probe: LoopLagProbe | None = None
+
+    def paint_here(self, inputs: CycleInputs, health: Mapping[str, SourceHealth],
+                   own: list[Metric], asked: frozenset[Variant] = frozenset()) -> Picture:
+        """On the calling thread: the picture before the loop runs, and a backend that is
+        unavailable (rare, and nothing else to show meanwhile)."""
+        with self._lock:
+            picture = self.painter.paint(inputs, health, own)
+            picture.exposition.compress(asked)
+            return picture
+
+    async def paint(self, inputs: CycleInputs, health: Mapping[str, SourceHealth],
+                    own: list[Metric], asked: frozenset[Variant]) -> Picture:
+        if ON_THE_LOOP:
+            return self.paint_here(inputs, health, own, asked)
+        future = self._worker.submit(lambda: self.paint_here(inputs, health, own, asked))
+        picture = await asyncio.wrap_future(future)
+        assert isinstance(picture, Picture)
+        return picture
+
+    # -- the loop's lag while a pass runs ------------------------------------------------
+    def watch_the_loop(self) -> None:
+        """From now until `loop_held`, the probe watches the loop (a pass or a repaint)."""
+        if self._probe is None:
+            self._probe = LoopLagProbe(asyncio.get_running_loop())
+        self._probe.start()
+
+    def loop_held(self) -> None:
+        if self._probe is not None:
+            self.lag.observe(self._probe.stop())
+
+    def families(self) -> list[Metric]:
+        if not self.lag.observed:
+            return []
+        return [lag_family(LAG_BUCKETS, self.lag.counts, self.lag.observed, self.lag.total)]
+
+    def close(self) -> None:
+        self._worker.stop()
+        if self._probe is not None:
+            self._probe.close()
+
