@@ -44,13 +44,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import PYTHON, ROOT, baseline_tree, free_port, median
+from _common import (
+    DEFAULT_BUILD_DIR,
+    PYTHON,
+    ROOT,
+    baseline_tree,
+    build_fake_nvml,
+    free_port,
+    median,
+)
+from kubelet_node import KubeletProc, Node
 
 SCENARIOS = {
     "gpus-8": ROOT / "bench" / "scenarios" / "gpus-8-8pods.yaml",
     "mig": ROOT / "bench" / "scenarios" / "mig-8x7-110pods.yaml",
     "builtin": None,
+    "mig-nvml": None,
 }
+"""`mig-nvml`: no simulated node but the fake libnvidia-ml with 8 x 7 MIG instances and a fake
+kubelet of 110 pods in a process of its own (bench/kubelet_node.py), `-k --process-metrics`:
+the loop of an exporter as deployed, with no fake server sharing its process."""
 STAGES = ("compose", "accounts", "own", "render", "document", "gzip", "paint", "inputs")
 LAG_PROBE = ROOT / "src" / "gpu_enricher" / "collector" / "lag.py"
 SCRAPER = """
@@ -174,9 +187,14 @@ def child(args: argparse.Namespace) -> None:
     port = free_port()
     # As Prometheus does: a gzip scrape, every 50 ms here, so the bodies asked for are made.
     subprocess.Popen([PYTHON, "-c", SCRAPER, f"http://127.0.0.1:{port}/metrics"])
-    argv = ["-a", f"127.0.0.1:{port}", "-c", str(args.interval_ms), "--simulate"]
-    if args.scenario_file:
-        argv.append(args.scenario_file)
+    argv = ["-a", f"127.0.0.1:{port}", "-c", str(args.interval_ms)]
+    if args.kubelet_socket:
+        argv += ["-k", "--pod-resources-kubelet-socket", args.kubelet_socket,
+                 "--process-metrics"]
+    else:
+        argv.append("--simulate")
+        if args.scenario_file:
+            argv.append(args.scenario_file)
     sys.exit(main(argv))
 
 
@@ -195,9 +213,20 @@ def one_run(tree: Path, scenario: str, args: argparse.Namespace,
         if design is not None:
             command += ["--design", design]
         env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{ROOT / 'bench'}"}
-        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL,
-                       timeout=60 + (args.passes + args.warmup) * args.interval_ms / 500)
+        kubelet = None
+        if scenario == "mig-nvml":
+            node = Node(build_fake_nvml(DEFAULT_BUILD_DIR), Path(tmp), None, None)
+            env.update(node.env)
+            kubelet = KubeletProc(node.socket(), churn=0, cpus=None)
+            kubelet.start()
+            command += ["--kubelet-socket", str(kubelet.socket_path)]
+        try:
+            subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL,
+                           timeout=60 + (args.passes + args.warmup) * args.interval_ms / 500)
+        finally:
+            if kubelet is not None:
+                kubelet.stop()
         recorded: dict[str, list[float]] = json.loads(out.read_text())
         return recorded
 
@@ -221,6 +250,7 @@ def main() -> int:
     parser.add_argument("--design", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--scenario-file", help=argparse.SUPPRESS)
+    parser.add_argument("--kubelet-socket", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)

@@ -3,7 +3,14 @@
 Every server is its own process on 127.0.0.1, started one at a time over the fake NVML
 library (8 GPUs); `wrk --latency` then hits /metrics without and with `Accept-Encoding: gzip`.
 Rounds interleave the servers (exporter, bare, naive, exporter, …) and the report gives
-medians over rounds and ratios paired within a round. See bench/README.md.
+medians over rounds and ratios paired within a round. `--simulate SCENARIO` runs the exporters on
+a simulated node instead (every feature on: its fake kubelet, API, /proc and job files; the bare
+server serves that exporter's bytes), as issue 33's benchmark does:
+
+    .venv/bin/python bench/scrape.py --simulate bench/scenarios/mig-8x7-110pods.yaml \
+        --servers exporter,exporter-nocollect,bare --interval-ms 500 --variants plain,gzip
+
+See bench/README.md.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from _common import (
 
 SERVERS = ("exporter", "bare", "naive", "exporter-asyncio", "exporter-uvloop", "bare-uvloop",
            "exporter-nocollect")
-NOCOLLECT_INTERVAL_MS = 3_600_000  # one pass at start, none while wrk runs
+NOCOLLECT_INTERVAL_MS = 60_000  # one pass at start, none while wrk runs (a server lives ~25 s)
 VARIANTS = ("plain", "gzip")
 GZIP_HEADER = "Accept-Encoding: gzip"
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
@@ -96,15 +103,16 @@ def run_wrk(url: str, args: argparse.Namespace, duration: int, gz: bool,
 
 
 def make_server(kind: str, lib: Path, bodies: Path, cpus: set[int] | None,
-                interval_ms: int) -> Server:
+                interval_ms: int, simulate: Path | None = None) -> Server:
     port = free_port()
     env = fake_env(lib)
+    extra = ["--simulate", str(simulate)] if simulate is not None else []
     if kind == "exporter":
-        argv = exporter_argv(port, interval_ms)
+        argv = exporter_argv(port, interval_ms, extra)
     elif kind in ("exporter-asyncio", "exporter-uvloop"):
-        argv = exporter_argv(port, interval_ms, loop=kind.removeprefix("exporter-"))
+        argv = exporter_argv(port, interval_ms, extra, loop=kind.removeprefix("exporter-"))
     elif kind == "exporter-nocollect":
-        argv = exporter_argv(port, NOCOLLECT_INTERVAL_MS)
+        argv = exporter_argv(port, NOCOLLECT_INTERVAL_MS, extra)
     elif kind in ("bare", "bare-uvloop"):
         argv = [PYTHON, str(BENCH / "bare_server.py"), "--port", str(port), "--dir", str(bodies)]
         if kind == "bare-uvloop":
@@ -116,9 +124,10 @@ def make_server(kind: str, lib: Path, bodies: Path, cpus: set[int] | None,
     return Server(kind, argv, env, port, cpus)
 
 
-def fetch_bodies(lib: Path, bodies: Path, interval_ms: int) -> dict[str, int]:
+def fetch_bodies(lib: Path, bodies: Path, interval_ms: int,
+                 simulate: Path | None = None) -> dict[str, int]:
     """Fetch the exporter's /metrics plain and gzipped; store what bare_server.py serves."""
-    server = make_server("exporter", lib, bodies, None, interval_ms)
+    server = make_server("exporter", lib, bodies, None, interval_ms, simulate)
     server.start()
     try:
         server.wait_status("/ready")
@@ -211,6 +220,8 @@ def main() -> int:
                         help="let the servers and wrk run on any CPU")
     parser.add_argument("--server-cpus", default="1", help="CPUs for the servers when pinned")
     parser.add_argument("--wrk-cpus", default="0", help="CPUs for wrk when pinned")
+    parser.add_argument("--simulate", type=Path, metavar="SCENARIO",
+                        help="run the exporters on this simulated node (--simulate SCENARIO)")
     parser.add_argument("--json", type=Path, help="also write every wrk result here")
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     args = parser.parse_args()
@@ -232,7 +243,7 @@ def main() -> int:
 
     lib = build_fake_nvml(args.build_dir)
     bodies = Path(tempfile.mkdtemp(prefix="scrape-bodies-", dir=args.build_dir))
-    sizes = {"exporter": fetch_bodies(lib, bodies, args.interval_ms)}
+    sizes = {"exporter": fetch_bodies(lib, bodies, args.interval_ms, args.simulate)}
     if "naive" in servers:
         sizes["naive"] = naive_sizes(lib, bodies)
     print(f"bodies in {bodies}: {sizes}", file=sys.stderr)
@@ -241,7 +252,8 @@ def main() -> int:
     started = time.monotonic()
     for rnd in range(1, args.rounds + 1):
         for kind in servers:
-            server = make_server(kind, lib, bodies, server_cpus, args.interval_ms)
+            server = make_server(kind, lib, bodies, server_cpus, args.interval_ms,
+                                 args.simulate)
             server.start()
             try:
                 server.wait_status("/ready")

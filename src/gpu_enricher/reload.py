@@ -39,14 +39,22 @@ from .fields.counters import CountersFileError
 from .fields.exporter_config import ExporterConfigError
 from .files import Stamp, fingerprints, stamp
 from .kube.configmaps import metrics_text
-from .web.config import WebConfigError, load_web_config
-from .web.live_security import LiveWebSecurity, fixed_setting_changed, watched_files
-from .web.security import WebSecurity, web_security
 
 if TYPE_CHECKING:  # only with -m: the watch and kubernetes_asyncio are not loaded otherwise
     from .kube.configmap_source import ConfigMapSource
 
+    # Only with --web-config-file: TLS and the web config's YAML are not loaded otherwise
+    # (issue 33); each use below is behind `self._live is not None`.
+    from .web.live_security import LiveWebSecurity
+    from .web.security import WebSecurity
+
 log = logging.getLogger(__name__)
+
+
+def _web_security(loaded: "LoadedConfig") -> "WebSecurity | None":
+    """The new web security a reload read, if it read one and did not refuse it."""
+    security = loaded.security
+    return None if security is None or isinstance(security, ReloadRefused) else security
 
 SETTLE_SECONDS: Final = 1.0
 """After a change is seen, files must hold still this long before they are read: a certificate
@@ -72,7 +80,7 @@ class LoadedConfig:
     rotated password (issue 26)."""
 
     collection: Collection | ReloadRefused
-    security: WebSecurity | ReloadRefused | None
+    security: "WebSecurity | ReloadRefused | None"
 
     @property
     def refused(self) -> tuple[ReloadRefused, ...]:
@@ -84,7 +92,7 @@ class ConfigReloader:
     -c sets it, and the file's never applies)."""
 
     def __init__(self, collector: Collector, sources: CountersSources, collection: Collection,
-                 live: LiveWebSecurity | None, check_seconds: float,
+                 live: "LiveWebSecurity | None", check_seconds: float,
                  interval_ms: int | None = None, config_map: "ConfigMapSource | None" = None,
                  wall_clock: Callable[[], float] = time.time) -> None:
         """`config_map`: -m's watch; a new version of the ConfigMap is a reload."""
@@ -110,6 +118,8 @@ class ConfigReloader:
     def _paths(self) -> tuple[Path, ...]:
         if self._live is None:
             return self._collection.watched
+        from .web.live_security import watched_files
+
         return (*self._collection.watched, *watched_files(self._live.current.config))
 
     def _stamp_all(self) -> dict[Path, Stamp]:
@@ -205,12 +215,14 @@ class ConfigReloader:
                 changed.append(f"{len(new.counters)} counter line(s) from {new.origin}, "
                                f"{len(new.field_intervals_ms)} field(s) in watch groups")
             self._note_interval(new.interval_ms)
-        if self._live is not None and isinstance(loaded.security, WebSecurity):
+        if self._live is not None and (security := _web_security(loaded)) is not None:
+            from .web.live_security import watched_files
+
             web_files = watched_files(self._live.current.config)
-            if (loaded.security.config != self._live.current.config
+            if (security.config != self._live.current.config
                     or any(path in edited for path in web_files)):
                 changed.append("web config")
-            self._live.replace(loaded.security)
+            self._live.replace(security)
         # The stamps read before reading (a change meanwhile is the next reload; a file refused
         # is retried at its next change or SIGHUP, not at every check), and those of the files
         # the new web config names for the first time.
@@ -251,7 +263,7 @@ class ConfigReloader:
         file is wrong or the web config turns basic auth off (issue 26: a request never finds
         the server open, nor logs a refusal, because it met a file half-written)."""
         auth_off = (self._live is not None and self._live.current.auth is not None
-                    and isinstance(loaded.security, WebSecurity) and loaded.security.auth is None)
+                    and (security := _web_security(loaded)) is not None and security.auth is None)
         return not loaded.refused and not auth_off
 
     def _read(self) -> LoadedConfig:
@@ -265,6 +277,11 @@ class ConfigReloader:
             collection = ReloadRefused(file, str(exc))
         if self._live is None:
             return LoadedConfig(collection, None)
+        # A web config file in use: its YAML reader is loaded then, not by every process.
+        from .web.config import WebConfigError, load_web_config
+        from .web.live_security import fixed_setting_changed
+        from .web.security import web_security
+
         running = self._live.current
         security: WebSecurity | ReloadRefused
         try:

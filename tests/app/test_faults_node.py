@@ -171,8 +171,10 @@ long sysconf(int name) {
     return real(name);
 }
 """
-OWN_THREADS = 3
-"""The main thread (event loop), the NVML worker and the NVML event (XID) thread."""
+OWN_THREADS = 5
+"""The main thread (event loop), the NVML worker, the NVML event (XID) thread, the painter
+and the loop's lag probe (issue 33: the join and render off the loop, and a probe that
+measures how long it was held)."""
 KUBELET_THREADS = 1
 """The kubelet client's own thread, with -k: nothing else. gRPC's C core, when it was the
 client, added clamp(sysconf CPUs, 4, 16) + 2 threads: 22 on a 192-CPU node (issue 13)."""

@@ -3,6 +3,8 @@
 import gzip
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -14,6 +16,7 @@ from gpu_enricher.exposition.render import (
     Family,
     Sample,
     SampleLines,
+    escape_label_value,
     format_value,
     label_pairs,
     render_openmetrics,
@@ -332,3 +335,13 @@ def test_hostname_label_names_are_chosen_in_place_everywhere() -> None:
                for s in own["gpu_enricher_gpu_up"].samples)
     with pytest.raises(ValueError, match="one or both of"):
         Hostname("node-a", ("HOSTNAME",))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True),
+                          st.text(alphabet=st.sampled_from('ab"\\\n é{},='), max_size=8)),
+                max_size=6))
+def test_label_pairs_escape_every_value_that_needs_it(pairs: list[tuple[str, str]]) -> None:
+    """The one-join fast path (issue 33) gives what escaping each value gives."""
+    expected = ",".join(f'{n}="{escape_label_value(v)}"' for n, v in pairs)
+    assert label_pairs(pairs) == label_pairs(iter(pairs)) == expected

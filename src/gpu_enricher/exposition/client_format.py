@@ -21,9 +21,8 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-# Untyped upstream: prometheus_client's value format (Go's), and its OpenMetrics renderer.
+# Untyped upstream: prometheus_client's value format (Go's).
 go_float: Final[Callable[[float], str]] = utils.floatToGoString
-openmetrics_exposition: Final[Callable[[Collector], bytes]] = openmetrics.generate_latest
 
 _LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 """The legacy character set of label names: the one set both formats keep as it is (a metric
@@ -97,6 +96,12 @@ def _append(metric: Metric, text: list[str], om: list[str]) -> None:
         text.extend(moved_lines)
 
 
+def _through_prometheus_client(metric: Metric) -> tuple[str, str]:
+    one = _One(metric)
+    om: Callable[[Collector], bytes] = openmetrics.generate_latest  # untyped upstream
+    return text_exposition(one).decode(), om(one).decode().removesuffix("# EOF\n")
+
+
 def render_client_families(metrics: Iterable[Metric]) -> tuple[bytes, bytes]:
     """(text 0.0.4, OpenMetrics ending in `# EOF`) of `metrics`, byte for byte what
     prometheus_client's two `generate_latest` give for a registry collecting them."""
@@ -106,8 +111,8 @@ def render_client_families(metrics: Iterable[Metric]) -> tuple[bytes, bytes]:
         if _plain(metric):
             _append(metric, text, om)
         else:  # prometheus_client's own escaping, for the rare family that needs it
-            one = _One(metric)
-            text.append(text_exposition(one).decode())
-            om.append(openmetrics_exposition(one).decode().removesuffix("# EOF\n"))
+            text_family, om_family = _through_prometheus_client(metric)
+            text.append(text_family)
+            om.append(om_family)
     om.append("# EOF\n")
     return "".join(text).encode(), "".join(om).encode()

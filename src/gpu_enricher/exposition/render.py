@@ -44,7 +44,14 @@ def escape_label_value(value: str) -> str:
 
 
 def label_pairs(pairs: Iterable[tuple[str, str]]) -> str:
-    return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in pairs)
+    # Joined first, escaped only if the result shows a value needs it (label names never
+    # do): a value with a backslash or newline, or more quotes than the pairs put there.
+    # The usual case is then one join, not a check per value (issue 33).
+    listed = pairs if isinstance(pairs, list | tuple) else list(pairs)
+    text = ",".join([f'{name}="{value}"' for name, value in listed])
+    if "\\" in text or "\n" in text or text.count('"') != 2 * len(listed):
+        return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in listed)
+    return text
 
 
 def format_value(value: FieldValue) -> str:

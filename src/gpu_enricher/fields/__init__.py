@@ -8,5 +8,6 @@ from (`collection.py`) and dcgm-exporter's config file (`exporter_config.py`, Go
 (`namings.py`, the bundled `default-counters-4.9.csv`); the label names and their order
 (`names.py`). Pure, but for reading the counters and config files through `files`.
 
-May import: `model`, `files`. Imported by: nearly every part; it imports none of them.
+May import: `model`, `files`, `strict_yaml` (a config file given). Imported by: nearly every
+part; it imports none of them.
 """

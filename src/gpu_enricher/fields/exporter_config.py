@@ -24,15 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ..files import (
-    FileReadError,
-    PositionedLoader,
-    YamlMap,
-    YamlSeq,
-    decode_positioned,
-    read_regular_file,
-    utf8_text,
-)
+from ..files import FileReadError, YamlMap, YamlSeq, read_regular_file, utf8_text
 from .counters import PROM_TYPES, CounterLine, CountersFileError, counter_line, value_field
 from .go_syntax import glob_regex, parse_duration_ms
 
@@ -50,11 +42,6 @@ _GROUP: Final = ("name", "interval", "fields")
 
 class ExporterConfigError(CountersFileError):
     """A config file that must stop the start (or a reload); one line naming file and key."""
-
-
-class _Loader(PositionedLoader):
-    max_depth = 8  # the format nests 5 deep
-    document = "dcgm-exporter's config file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +198,13 @@ def _groups(raw: YamlSeq, at: _At) -> tuple[WatchGroup, ...]:
 
 def parse_exporter_config(text: str, path: str) -> ExporterConfig:
     """The file's text → ExporterConfig. Raises ExporterConfigError only."""
-    raw = decode_positioned(text, path, _Loader, ExporterConfigError)
+    from ..strict_yaml import PositionedLoader, decode_positioned  # a file given: YAML loaded
+
+    class Loader(PositionedLoader):
+        max_depth = 8  # the format nests 5 deep
+        document = "dcgm-exporter's config file"
+
+    raw = decode_positioned(text, path, Loader, ExporterConfigError)
     top_at = _At(path, "", (getattr(raw, "line", 1), getattr(raw, "column", 1)))
     if raw is None:
         raise top_at.error("empty: expected at least `version: 1`")

@@ -7,7 +7,7 @@ derived in `cluster_state.py`): a fake kubelet (`fake_kubelet/`) and a fake Kube
 (`fake_api/`), served on a private socket and on loopback and used by the tests too, and a
 /proc tree and log names in a temporary directory.
 
-May import: `model`, `config`, `files`, `fields`, `health`, and from `kube` and `kubelet` only
-what speaks their APIs (parse halves, protobuf stubs). Imported by: the composition root only
-(`assembly`, `app`, `cli.main`).
+May import: `model`, `config`, `files`, `strict_yaml`, `fields`, `health`, and from `kube` and
+`kubelet` only what speaks their APIs (parse halves, protobuf stubs). Imported by: the
+composition root only (`assembly`, `app`, `cli.main`).
 """

@@ -1,17 +1,12 @@
 """Reading a scenario file: a regular file of at most MAX_BYTES, UTF-8, and one YAML document
-through files.PositionedLoader, which keeps each value's line for the error messages.
+through strict_yaml.PositionedLoader, which keeps each value's line for the error messages.
 """
 
 from pathlib import Path
 from typing import Any, Final
 
-from ..files import (
-    FileReadError,
-    PositionedLoader,
-    decode_positioned,
-    read_regular_file,
-    utf8_text,
-)
+from ..files import FileReadError, read_regular_file, utf8_text
+from ..strict_yaml import PositionedLoader, decode_positioned
 from .scenario_values import ScenarioError
 
 MAX_BYTES: Final = 1 << 20

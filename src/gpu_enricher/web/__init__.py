@@ -5,6 +5,6 @@ exporter-toolkit's TLS and basic auth, read (`config_yaml.py`), checked (`config
 vocabulary in `config_model.py`), put to work (`security.py`) and swapped whole on a reload
 (`live_security.py`).
 
-May import: `files`, `exposition`, `collector` (the bytes it serves). Imported by: `app`,
+May import: `strict_yaml`, `exposition`, `collector` (the bytes it serves). Imported by: `app`,
 `reload`, `cli`.
 """

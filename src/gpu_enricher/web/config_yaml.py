@@ -13,7 +13,7 @@ from typing import Any, Final
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from ..files import SCALAR_TAGS, TAG, StrictLoader
+from ..strict_yaml import SCALAR_TAGS, TAG, StrictLoader
 
 MAX_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 8
