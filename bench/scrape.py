@@ -16,6 +16,7 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -33,6 +34,7 @@ from _common import (
     DEFAULT_BUILD_DIR,
     PYTHON,
     Server,
+    baseline_tree,
     build_fake_nvml,
     capture_bodies,
     exporter_argv,
@@ -43,6 +45,7 @@ from _common import (
 )
 
 SERVERS = ("exporter", "bare", "naive", "exporter-asyncio", "exporter-uvloop", "bare-uvloop",
+           "baseline", "baseline-nocollect",
            "exporter-nocollect")
 NOCOLLECT_INTERVAL_MS = 60_000  # one pass at start, none while wrk runs (a server lives ~25 s)
 VARIANTS = ("plain", "gzip")
@@ -103,10 +106,15 @@ def run_wrk(url: str, args: argparse.Namespace, duration: int, gz: bool,
 
 
 def make_server(kind: str, lib: Path, bodies: Path, cpus: set[int] | None,
-                interval_ms: int, simulate: Path | None = None) -> Server:
+                interval_ms: int, simulate: Path | None = None,
+                baseline: Path | None = None) -> Server:
     port = free_port()
     env = fake_env(lib)
     extra = ["--simulate", str(simulate)] if simulate is not None else []
+    if kind.startswith("baseline"):  # the exporter of --baseline's tree, as the others
+        assert baseline is not None, "--baseline COMMIT"
+        env["PYTHONPATH"] = str(baseline / "src")
+        kind = kind.replace("baseline", "exporter")
     if kind == "exporter":
         argv = exporter_argv(port, interval_ms, extra)
     elif kind in ("exporter-asyncio", "exporter-uvloop"):
@@ -178,6 +186,8 @@ def report(results: list[WrkResult], servers: list[str], sizes: dict[str, dict[s
                 f"| {median([r.p50_ms for r in rs]):.2f} | {median([r.p99_ms for r in rs]):.2f} "
                 f"| {median([r.bytes_per_response for r in rs]):,.0f} | {' '.join(errs) or '-'} |")
     pairs = [(a, b) for a, b in (("exporter", "bare"), ("exporter", "naive"),
+                                 ("exporter", "exporter-nocollect"), ("baseline", "bare"),
+                                 ("baseline", "baseline-nocollect"), ("exporter", "baseline"),
                                  ("exporter-nocollect", "bare"), ("exporter-asyncio", "bare"),
                                  ("exporter-uvloop", "bare"), ("exporter-uvloop", "bare-uvloop"),
                                  ("bare-uvloop", "bare"), ("exporter-uvloop", "exporter-asyncio"),
@@ -222,6 +232,9 @@ def main() -> int:
     parser.add_argument("--wrk-cpus", default="0", help="CPUs for wrk when pinned")
     parser.add_argument("--simulate", type=Path, metavar="SCENARIO",
                         help="run the exporters on this simulated node (--simulate SCENARIO)")
+    parser.add_argument("--baseline", metavar="COMMIT",
+                        help="servers baseline and baseline-nocollect: the exporter of this "
+                             "commit (a git worktree), in the same rounds")
     parser.add_argument("--json", type=Path, help="also write every wrk result here")
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     args = parser.parse_args()
@@ -248,12 +261,25 @@ def main() -> int:
         sizes["naive"] = naive_sizes(lib, bodies)
     print(f"bodies in {bodies}: {sizes}", file=sys.stderr)
 
+    with (baseline_tree(args.baseline) if args.baseline
+          else contextlib.nullcontext(None)) as baseline:
+        results = run_rounds(servers, lib, bodies, server_cpus, wrk_cpus, baseline, args)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    print(report(results, servers, sizes, args))
+    shutil.rmtree(bodies, ignore_errors=True)
+    return 0
+
+
+def run_rounds(servers: list[str], lib: Path, bodies: Path, server_cpus: set[int] | None,
+               wrk_cpus: set[int] | None, baseline: Path | None,
+               args: argparse.Namespace) -> list[WrkResult]:
     results: list[WrkResult] = []
     started = time.monotonic()
     for rnd in range(1, args.rounds + 1):
         for kind in servers:
             server = make_server(kind, lib, bodies, server_cpus, args.interval_ms,
-                                 args.simulate)
+                                 args.simulate, baseline)
             server.start()
             try:
                 server.wait_status("/ready")
@@ -271,11 +297,7 @@ def main() -> int:
                           f"p99 {result.p99_ms:6.2f} ms {result.errors}", file=sys.stderr)
             finally:
                 server.stop()
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
-    print(report(results, servers, sizes, args))
-    shutil.rmtree(bodies, ignore_errors=True)
-    return 0
+    return results
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 thread, the loop's lag through a pass is measured and reported, a loop held is seen."""
 
 import asyncio
+import json
+import os
+import sys
 import threading
 import time
 
@@ -10,6 +13,8 @@ import pytest
 import gpu_enricher.collector.picture as picture
 from gpu_enricher.collector.lag import LAG_BUCKETS, LagHistogram, LoopLagProbe
 from gpu_enricher.collector.loop import Collector, CollectorOptions
+from gpu_enricher.collector.painting import PAINTER_NICE
+from gpu_enricher.exposition.query import encode
 from gpu_enricher.fields.counters import parse_counters
 from gpu_enricher.nvml.backend import NvmlBackend
 from tests.fake_nvml.build import FakeNvml
@@ -83,3 +88,39 @@ def test_the_histogram_counts_cumulatively() -> None:
         histogram.observe(seconds)
     assert histogram.counts[:3] == [1, 2, 2] and histogram.counts[-1] == 3
     assert histogram.observed == 4 and histogram.total == pytest.approx(2.0038)
+
+
+async def test_the_document_is_encoded_by_the_painter_only_while_it_is_asked_for(
+        fake: FakeNvml) -> None:
+    collector = Collector(NvmlBackend(), CollectorOptions(
+        interval_seconds=1, hostname="node-a", counters=parse_counters(CSV, "t.csv")))
+    try:
+        await collector.open_backend()
+        await collector.collect_once()
+        assert collector._document_body is None, "nobody asked: not encoded"
+        first = collector.document_body  # the query API asks: encoded at once, here
+        assert json.loads(first) == collector.document and first == encode(collector.document)
+        await collector.collect_once()
+        assert collector._document_body is not None, "asked of the picture before: encoded"
+        assert collector._document_body == encode(collector.document)
+        await collector.collect_once()
+        assert collector._document_body is None, "not asked since: not encoded"
+    finally:
+        collector.backend.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's niceness: Linux")
+async def test_the_painter_thread_yields_the_cpu_to_the_loop(fake: FakeNvml) -> None:
+    collector = Collector(NvmlBackend(), CollectorOptions(
+        interval_seconds=1, hostname="node-a", counters=parse_counters(CSV, "t.csv")))
+    try:
+        await collector.open_backend()
+        await collector.collect_once()
+        painter = collector._painting._worker._thread
+        assert painter is not None and painter.name == "painter"
+        assert painter.native_id is not None
+        # Linux: a thread's id names the thread alone to getpriority.
+        assert os.getpriority(os.PRIO_PROCESS, painter.native_id) == PAINTER_NICE
+        assert os.getpriority(os.PRIO_PROCESS, 0) == 0, "the loop's own thread keeps its"
+    finally:
+        collector.backend.close()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client.metrics_core import Metric
 
 from ..backend import BackendUnavailable, GpuBackend
-from ..exposition.query import Document
+from ..exposition.query import Document, encode
 from ..exposition.render import Exposition, Variant
 from ..exposition.selfmetrics import picture_families
 from ..fields.counters import CounterLine, CounterPlan
@@ -106,8 +106,8 @@ class Collector:
         """How long the first render waited for the labelling sources (issue 32)."""
         self.document: Document = {}
         """The query API's view of the last pass (/api/v1/gpus)."""
-        self.document_body = b"{}"
-        """`document` encoded, once per pass: the unfiltered answer is bytes ready to serve."""
+        self._document_body: bytes | None = b"{}"
+        self._document_asked = False
         self.exposition = self._render()
 
     # -- state -------------------------------------------------------------------------
@@ -132,9 +132,19 @@ class Collector:
         return (self._feeds.inputs(self.snapshot, self.plan, self._session.last_success),
                 self.health(), own, asked)
 
+    @property
+    def document_body(self) -> bytes:
+        """`document` encoded: the unfiltered answer, bytes ready to serve. Encoded by the
+        painter while the query API is asked; the first ask after none encodes it here."""
+        self._document_asked = True
+        if self._document_body is None:
+            self._document_body = encode(self.document)
+        return self._document_body
+
     def _swap(self, picture: Picture) -> Exposition:
         """The document swapped in with the bytes it goes with (the caller assigns those)."""
-        self.document, self.document_body = picture.document, picture.document_body
+        self.document, self._document_body = picture.document, picture.document_body
+        self._document_asked = False
         return picture.exposition
 
     def _render(self) -> Exposition:
@@ -153,7 +163,8 @@ class Collector:
 
     async def _paint(self) -> None:
         sitting = self._sitting(frozenset(self.exposition.asked))
-        self.exposition = self._swap(await self._painting.paint(*sitting))
+        self.exposition = self._swap(
+            await self._painting.paint(*sitting, document=self._document_asked))
 
     # -- backend lifecycle (session.py) -------------------------------------------------
     @property

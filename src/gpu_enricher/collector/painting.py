@@ -13,9 +13,11 @@ Every pass and repaint runs `lag.LoopLagProbe`, whose longest lag per pass goes 
 """
 
 import asyncio
+import contextlib
+import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from prometheus_client.metrics_core import Metric
@@ -31,6 +33,10 @@ from .picture import Painter, Picture
 SWITCH_INTERVAL_SECONDS: Final = 0.0002
 """How long the painter may keep the GIL from a loop thread that wants it (CPython: 5 ms).
 Only threads that contend pay for the shorter slices; the others wait in the kernel."""
+
+PAINTER_NICE: Final = 10
+"""The painter thread's niceness (Linux, the thread alone): on a core it shares with the loop,
+the loop's thread runs first when both can (CFS weights 1024 against 110)."""
 
 ON_THE_LOOP: Final = False
 """True paints on the loop itself, as before issue 33: kept for bench/pass_cost.py's
@@ -52,24 +58,40 @@ class PaintingThread:
         self._lock = threading.Lock()  # a picture painted here and one on the loop at start
         self.lag = LagHistogram()
         self._probe: LoopLagProbe | None = None
+        self._niced = False
 
     def paint_here(self, inputs: CycleInputs, health: Mapping[str, SourceHealth],
-                   own: list[Metric], asked: frozenset[Variant] = frozenset()) -> Picture:
+                   own: list[Metric], asked: frozenset[Variant] = frozenset(),
+                   document: bool = False) -> Picture:
         """On the calling thread: the picture before the loop runs, and a backend that is
-        unavailable (rare, and nothing else to show meanwhile)."""
+        unavailable (rare, and nothing else to show meanwhile). `asked`: the bodies to
+        compress now; `document`: encode the query API's document now."""
         with self._lock:
-            picture = self.painter.paint(inputs, health, own)
+            picture = self.painter.paint(inputs, health, own, document)
             picture.exposition.compress(asked)
             return picture
 
     async def paint(self, inputs: CycleInputs, health: Mapping[str, SourceHealth],
-                    own: list[Metric], asked: frozenset[Variant]) -> Picture:
+                    own: list[Metric], asked: frozenset[Variant], document: bool) -> Picture:
         if ON_THE_LOOP:
-            return self.paint_here(inputs, health, own, asked)
-        future = self._worker.submit(lambda: self.paint_here(inputs, health, own, asked))
+            return self.paint_here(inputs, health, own, asked, document)
+        future = self._worker.submit(self._yielding(
+            lambda: self.paint_here(inputs, health, own, asked, document)))
         picture = await asyncio.wrap_future(future)
         assert isinstance(picture, Picture)
         return picture
+
+    def _yielding(self, job: Callable[[], Picture]) -> Callable[[], Picture]:
+        """`job`, on a painter thread that yields the CPU to the loop's thread: one core shared
+        by both (a CPU limit of one) otherwise gives the painter its full share while a scrape
+        waits. Set once, from the painter's thread itself (Linux: a thread's own niceness)."""
+        def run() -> Picture:
+            if not self._niced:
+                self._niced = True
+                with contextlib.suppress(OSError, AttributeError):  # not Linux, or refused
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PAINTER_NICE)
+            return job()
+        return run
 
     # -- the loop's lag while a pass runs ------------------------------------------------
     def watch_the_loop(self) -> None:

@@ -24,8 +24,10 @@ from .news import Unmatched
 class Picture:
     exposition: Exposition
     document: Document
-    document_body: bytes
-    """`document` encoded once: the unfiltered answer is bytes ready to serve."""
+    document_body: bytes | None
+    """`document` encoded once, when it was asked of the picture before (the query API, the
+    `inspect` command): the unfiltered answer is bytes ready to serve; None: not encoded (an
+    exporter that only Prometheus scrapes never encodes it, issue 33)."""
 
 
 class Painter:
@@ -40,7 +42,7 @@ class Painter:
         self._own = OwnMetrics()
 
     def paint(self, inputs: CycleInputs, health: Mapping[str, SourceHealth],
-              own_extra: list[Metric]) -> Picture:
+              own_extra: list[Metric], encode_document: bool = True) -> Picture:
         joined = compose(inputs, self.join)
         families = [*joined.families, *self.accounts.families(inputs, joined)]
         node = inputs.node
@@ -58,4 +60,4 @@ class Painter:
         own += own_extra
         document = with_accounts(joined.document, *self.accounts.billed())
         return Picture(Exposition.from_families(families, self._own.render(own)),
-                       document, encode(document))
+                       document, encode(document) if encode_document else None)
