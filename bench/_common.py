@@ -6,6 +6,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -69,6 +70,17 @@ def fake_env(lib: Path, gpus: int = GPU_COUNT, extra: Mapping[str, str] | None =
     if extra:
         env.update(extra)
     return env
+
+
+_WRK_UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def wrk_ms(text: str) -> float:
+    """A duration as wrk prints it (`812.00us`, `1.23ms`, `2.00s`, `1.00m`), in ms."""
+    found = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if found is None:
+        raise ValueError(f"unparsed wrk duration {text!r}")
+    return float(found[1]) * _WRK_UNITS_MS[found[2]]
 
 
 def free_port() -> int:

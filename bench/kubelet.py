@@ -65,6 +65,7 @@ from _common import (
     median,
     proc_cpu_seconds,
     proc_status_kib,
+    wrk_ms,
 )
 from fake_kubelet_proc import GPUS, MIG_PER_GPU, ChurningKubelet, mig_uuid
 from fake_kubelet_proc import Node as KubeletNode
@@ -562,7 +563,7 @@ def section_large(node: Node, args: argparse.Namespace) -> str:
                         puller.wait(timeout=30)
                 result = parse_wrk(wrk_out, name, "plain", rnd)
                 found = _WRK_MAX.search(wrk_out)
-                worst_ms = _duration_ms(found[1]) if found else float("nan")
+                worst_ms = wrk_ms(found[1]) if found else float("nan")
                 runs[name].append((result, worst_ms, lists, errors, list_cpu))
                 print(f"[{time.monotonic() - started:5.0f}s] round {rnd} {name:30} "
                       f"{result.rps:9,.0f} req/s p99 {result.p99_ms:6.2f} ms max "
@@ -647,13 +648,6 @@ def run_probe(socket_path: Path, lists: int) -> None:
         return
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(stall_probe(socket_path, lists))
-
-
-def _duration_ms(text: str) -> float:
-    found = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
-    if found is None:
-        return float("nan")
-    return float(found[1]) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}[found[2]]
 
 
 def main() -> int:

@@ -46,11 +46,11 @@ from _common import (
     free_port,
     median,
     proc_cpu_seconds,
+    wrk_ms,
 )
 
 DEFAULT_SCENARIO = BENCH / "scenarios" / "mig-8x7-110pods.yaml"
 VARIANTS = ("plain", "gzip", "tls-plain", "tls-gzip")
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
 
 
 @dataclass
@@ -71,15 +71,8 @@ class Result:
     """bench/crowd.py's closing line, for `exporter+crowd`."""
 
 
-def _ms(text: str) -> float:
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
-    if m is None:
-        raise ValueError(f"unparsed wrk duration {text!r}")
-    return float(m[1]) * _UNITS[m[2]]
-
-
 def parse_wrk(out: str) -> dict[str, float | int | str]:
-    pct = {p: _ms(v) for p, v in re.findall(r"^\s+(50|90|99)%\s+(\S+)", out, re.M)}
+    pct = {p: wrk_ms(v) for p, v in re.findall(r"^\s+(50|90|99)%\s+(\S+)", out, re.M)}
     latency = re.search(r"^\s+Latency\s+\S+\s+\S+\s+(\S+)", out, re.M)
     total = re.search(r"(\d+) requests in", out)
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
@@ -93,7 +86,7 @@ def parse_wrk(out: str) -> dict[str, float | int | str]:
     text = "; ".join(line.strip() for line in out.splitlines()
                      if "Socket errors" in line or "Non-2xx" in line)
     return {"requests": int(total[1]), "errors": errors, "rps": float(rps[1]),
-            "p50": pct["50"], "p90": pct["90"], "p99": pct["99"], "max": _ms(latency[1]),
+            "p50": pct["50"], "p90": pct["90"], "p99": pct["99"], "max": wrk_ms(latency[1]),
             "text": text}
 
 

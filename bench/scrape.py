@@ -42,6 +42,7 @@ from _common import (
     free_port,
     http_get,
     median,
+    wrk_ms,
 )
 
 SERVERS = ("exporter", "bare", "naive", "exporter-asyncio", "exporter-uvloop", "bare-uvloop",
@@ -50,7 +51,6 @@ SERVERS = ("exporter", "bare", "naive", "exporter-asyncio", "exporter-uvloop", "
 NOCOLLECT_INTERVAL_MS = 60_000  # one pass at start, none while wrk runs (a server lives ~25 s)
 VARIANTS = ("plain", "gzip")
 GZIP_HEADER = "Accept-Encoding: gzip"
-_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 _SIZES = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 
 
@@ -67,13 +67,6 @@ class WrkResult:
     errors: str
 
 
-def _duration(text: str) -> float:
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
-    if m is None:
-        raise ValueError(f"unparsed wrk duration {text!r}")
-    return float(m[1]) * _UNITS[m[2]]
-
-
 def parse_wrk(out: str, server: str, variant: str, rnd: int) -> WrkResult:
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
     p50 = re.search(r"^\s+50%\s+(\S+)", out, re.M)
@@ -85,8 +78,8 @@ def parse_wrk(out: str, server: str, variant: str, rnd: int) -> WrkResult:
               if "Socket errors" in line or "Non-2xx" in line]
     requests = int(total[1])
     read = float(total[2]) * _SIZES[total[3]]
-    return WrkResult(server, variant, rnd, float(rps[1]), _duration(p50[1]) * 1e3,
-                     _duration(p99[1]) * 1e3, requests, read / max(requests, 1),
+    return WrkResult(server, variant, rnd, float(rps[1]), wrk_ms(p50[1]),
+                     wrk_ms(p99[1]), requests, read / max(requests, 1),
                      "; ".join(errors))
 
 

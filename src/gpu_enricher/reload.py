@@ -50,12 +50,6 @@ if TYPE_CHECKING:  # only with -m: the watch and kubernetes_asyncio are not load
 
 log = logging.getLogger(__name__)
 
-
-def _web_security(loaded: "LoadedConfig") -> "WebSecurity | None":
-    """The new web security a reload read, if it read one and did not refuse it."""
-    security = loaded.security
-    return None if security is None or isinstance(security, ReloadRefused) else security
-
 SETTLE_SECONDS: Final = 1.0
 """After a change is seen, files must hold still this long before they are read: a certificate
 and its key written one after the other are read as a pair, not refused in between."""
@@ -85,6 +79,11 @@ class LoadedConfig:
     @property
     def refused(self) -> tuple[ReloadRefused, ...]:
         return tuple(p for p in (self.collection, self.security) if isinstance(p, ReloadRefused))
+
+    @property
+    def web_security(self) -> "WebSecurity | None":
+        """The new web security read, if one was read and not refused."""
+        return None if isinstance(self.security, ReloadRefused) else self.security
 
 
 class ConfigReloader:
@@ -118,9 +117,7 @@ class ConfigReloader:
     def _paths(self) -> tuple[Path, ...]:
         if self._live is None:
             return self._collection.watched
-        from .web.live_security import watched_files
-
-        return (*self._collection.watched, *watched_files(self._live.current.config))
+        return (*self._collection.watched, *self._live.watched())
 
     def _stamp_all(self) -> dict[Path, Stamp]:
         return {path: stamp(path) for path in self._paths()}
@@ -215,10 +212,8 @@ class ConfigReloader:
                 changed.append(f"{len(new.counters)} counter line(s) from {new.origin}, "
                                f"{len(new.field_intervals_ms)} field(s) in watch groups")
             self._note_interval(new.interval_ms)
-        if self._live is not None and (security := _web_security(loaded)) is not None:
-            from .web.live_security import watched_files
-
-            web_files = watched_files(self._live.current.config)
+        if self._live is not None and (security := loaded.web_security) is not None:
+            web_files = self._live.watched()
             if (security.config != self._live.current.config
                     or any(path in edited for path in web_files)):
                 changed.append("web config")
@@ -263,7 +258,7 @@ class ConfigReloader:
         file is wrong or the web config turns basic auth off (issue 26: a request never finds
         the server open, nor logs a refusal, because it met a file half-written)."""
         auth_off = (self._live is not None and self._live.current.auth is not None
-                    and (security := _web_security(loaded)) is not None and security.auth is None)
+                    and (security := loaded.web_security) is not None and security.auth is None)
         return not loaded.refused and not auth_off
 
     def _read(self) -> LoadedConfig:
@@ -277,21 +272,9 @@ class ConfigReloader:
             collection = ReloadRefused(file, str(exc))
         if self._live is None:
             return LoadedConfig(collection, None)
-        # A web config file in use: its YAML reader is loaded then, not by every process.
-        from .web.config import WebConfigError, load_web_config
-        from .web.live_security import fixed_setting_changed
-        from .web.security import web_security
-
-        running = self._live.current
-        security: WebSecurity | ReloadRefused
-        try:
-            config = load_web_config(Path(running.config.path))
-            fixed = fixed_setting_changed(running.config, config)
-            security = (web_security(config, running) if fixed is None
-                        else ReloadRefused("web_config", fixed))
-        except WebConfigError as exc:
-            security = ReloadRefused("web_config", str(exc))
-        return LoadedConfig(collection, security)
+        security = self._live.reread()
+        return LoadedConfig(collection, ReloadRefused("web_config", security)
+                            if isinstance(security, str) else security)
 
     def _note_interval(self, wanted: int | None) -> None:
         """Once per new value: a changed collection.interval needs a restart."""

@@ -1,8 +1,8 @@
 """The exporter's own metrics (`gpu_enricher_*`) as prometheus_client families. Pure.
 
-These are ordinary exporter metrics, so prometheus_client renders them (see `ownmetrics.py`),
-beside its standard `process_*` and `python_*` families; only the DCGM families need our own
-renderer.
+These are ordinary exporter metrics, in prometheus_client's format (`ownmetrics.py` collects
+them beside its standard `process_*` and `python_*` families, `client_format.py` writes them in
+its exact bytes); only the DCGM families have a format of their own.
 """
 
 import platform

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from .config import TlsSettings, WebConfig
-from .security import WebSecurity
+from .config import TlsSettings, WebConfig, WebConfigError, load_web_config
+from .security import WebSecurity, web_security
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,20 @@ class LiveWebSecurity:
         listening = security.ssl_context
         if listening is not None:
             listening.sni_callback = self._handshake_context
+
+    def watched(self) -> tuple[Path, ...]:
+        """The files the web config in force names, with the file itself (reload.py)."""
+        return watched_files(self.current.config)
+
+    def reread(self) -> WebSecurity | str:
+        """The web security its file gives now, or why a reload must refuse it (reload.py)."""
+        running = self.current
+        try:
+            config = load_web_config(Path(running.config.path))
+            fixed = fixed_setting_changed(running.config, config)
+            return web_security(config, running) if fixed is None else fixed
+        except WebConfigError as exc:
+            return str(exc)
 
     def _handshake_context(self, connection: ssl.SSLObject, _server_name: str | None,
                            listening: ssl.SSLContext) -> None:
