@@ -15,7 +15,8 @@ from tests.conftest import ROOT, require_tool
 RULES = ROOT / "helm" / "gpu-enricher" / "files" / "alerts.yaml"
 RULE_TESTS = ROOT / "tests" / "monitoring" / "alerts-test.yaml"
 ALERTS = {"GpuEnricherDown", "GpuNotReporting", "GpuTemperatureHigh",
-          "GpuEnricherPodMappingDown", "GpuAllocatedButIdle", "GpuEnricherConfigReloadFailed"}
+          "GpuEnricherPodMappingDown", "GpuAllocatedButIdle", "GpuEnricherConfigReloadFailed",
+          "GpuEnricherScrapesWait"}
 
 
 def load(path: Path) -> dict[str, Any]:
