@@ -106,7 +106,6 @@ def _patch(record: dict[str, list[float]]) -> None:
     wrap(accounts.PodAccounts, "families", "accounts")
     wrap(picture.Painter, "paint", "paint")
     wrap(picture, "encode", "document")
-    wrap(picture, "own_exposition", "own")  # this tree's renderer of our own metrics
     wrap(picture.OwnMetrics, "render", "own")
     wrap(picture.Exposition, "from_families", "render")
     wrap(picture.Exposition, "compress", "gzip")  # this tree: both bodies, in the painter
@@ -162,7 +161,10 @@ def _design(name: str) -> None:
         interval = float(name.removeprefix("thread-").removesuffix("ms")) / 1000
         loop.prefer_the_loop = lambda: sys.setswitchinterval(interval)  # type: ignore[attr-defined]
     elif name == "loop":
-        painting.ON_THE_LOOP = True  # type: ignore[misc]
+        async def on_the_loop(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.paint_here(*args, **kwargs)
+
+        painting.PaintingThread.paint = on_the_loop  # type: ignore[method-assign]
     else:
         raise SystemExit(f"unknown design {name!r}")
 

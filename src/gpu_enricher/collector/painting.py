@@ -4,7 +4,7 @@ The join, both renders, the gzip bodies scrapers ask for and the JSON document r
 daemon thread of their own (`worker.BlockingWorker`, as NVML's calls do); the loop awaits the
 finished picture and swaps it in with one assignment. A thread alone is not enough under the
 GIL: a loop thread woken by a scrape waits for the painter to let go of the interpreter, by
-default up to 5 ms (`sys.getswitchinterval`). `SWITCH_INTERVAL_SECONDS` makes that wait 0.5 ms;
+default up to 5 ms (`sys.getswitchinterval`). `SWITCH_INTERVAL_SECONDS` makes that wait 0.2 ms;
 the painter holds no lock for long otherwise (its JSON is encoded in pieces, zlib lets go of
 the GIL). docs/architecture.md says how the designs compared (bench/pass_cost.py).
 
@@ -38,10 +38,6 @@ PAINTER_NICE: Final = 10
 """The painter thread's niceness (Linux, the thread alone): on a core it shares with the loop,
 the loop's thread runs first when both can (CFS weights 1024 against 110)."""
 
-ON_THE_LOOP: Final = False
-"""True paints on the loop itself, as before issue 33: kept for bench/pass_cost.py's
-comparison of the designs."""
-
 
 def prefer_the_loop(seconds: float = SWITCH_INTERVAL_SECONDS) -> None:
     """Shorten the interpreter's switch interval (process-wide; never lengthens it)."""
@@ -73,8 +69,6 @@ class PaintingThread:
 
     async def paint(self, inputs: CycleInputs, health: Mapping[str, SourceHealth],
                     own: list[Metric], asked: frozenset[Variant], document: bool) -> Picture:
-        if ON_THE_LOOP:
-            return self.paint_here(inputs, health, own, asked, document)
         future = self._worker.submit(self._yielding(
             lambda: self.paint_here(inputs, health, own, asked, document)))
         picture = await asyncio.wrap_future(future)

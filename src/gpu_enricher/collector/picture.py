@@ -11,7 +11,7 @@ from prometheus_client.metrics_core import Metric
 
 from ..exposition.ownmetrics import OwnMetrics
 from ..exposition.query import Document, encode, with_accounts
-from ..exposition.render import Exposition
+from ..exposition.render import Exposition, SampleLines
 from ..exposition.selfmetrics import allocation_family, claim_family, self_families
 from ..exposition.shape import unmatched
 from ..model import SourceHealth
@@ -32,7 +32,7 @@ class Picture:
 
 class Painter:
     """Keeps what a picture carries from the one before: the per-pod accounts, the names that
-    matched nothing (logged once), prometheus_client's registry."""
+    matched nothing (logged once), prometheus_client's registry, each family's sample lines."""
 
     def __init__(self, join: JoinOptions, accounts: PodAccounts, backend_name: str) -> None:
         self.join = join
@@ -40,6 +40,7 @@ class Painter:
         self._backend_name = backend_name
         self._unmatched = Unmatched()
         self._own = OwnMetrics()
+        self._lines = SampleLines()
 
     def paint(self, inputs: CycleInputs, health: Mapping[str, SourceHealth],
               own_extra: list[Metric], encode_document: bool = True) -> Picture:
@@ -59,5 +60,5 @@ class Painter:
             own += claim_family(joined.claims.claimed, joined.claims.unresolved)
         own += own_extra
         document = with_accounts(joined.document, *self.accounts.billed())
-        return Picture(Exposition.from_families(families, self._own.render(own)),
+        return Picture(Exposition.from_families(families, self._own.render(own), self._lines),
                        document, encode(document) if encode_document else None)
