@@ -11,8 +11,9 @@ Over the fake NVML library (8 GPUs) (`nvml`), the same with `-k` against a fake 
   * threads: /proc/PID/task after the scrapes;
   * with `-k`, how many DCGM series carry a pod label (the attribution works, not just runs).
 
-`--real-nvml`: the host's own libnvidia-ml instead of the fake (a real GPU node); the fake
-kubelet's GPU pods then hold the real GPUs' UUIDs. `--baselines`: the RSS of what the process
+The fake kubelet's GPU pods hold the GPUs' UUIDs, one whole GPU each.
+`--real-nvml`: the host's own libnvidia-ml instead of the fake (a real GPU node), its GPUs
+held by the fake kubelet's pods. `--baselines`: the RSS of what the process
 is made of, measured in the same run: python alone, python + nvmlInit, python + the exporter's
 imports, both (docs/real-gpu.md).
 See bench/README.md.
@@ -83,12 +84,13 @@ def make(mode: str, lib: Path | None, interval_ms: int, kubelet_socket: Path) ->
     return Server(mode, exporter_argv(port, interval_ms, extra.get(mode, [])), env, port)
 
 
-def real_gpu_uuids() -> list[str]:
-    """The host's GPU UUIDs, read in a child so this process never loads the driver."""
+def gpu_uuids(env: dict[str, str]) -> list[str]:
+    """The GPU UUIDs the exporter will see (the host's, or the fake library's 8), read in a
+    child so this process never loads the driver."""
     out = subprocess.run(
         [PYTHON, "-c", "import pynvml as n; n.nvmlInit(); print(*(n.nvmlDeviceGetUUID("
          "n.nvmlDeviceGetHandleByIndex(i)) for i in range(n.nvmlDeviceGetCount())))"],
-        env=clean_env(), capture_output=True, text=True, check=True).stdout
+        env=env, capture_output=True, text=True, check=True).stdout
     return out.split()
 
 
@@ -183,7 +185,9 @@ def main() -> int:
     if args.real_nvml and "simulate" in modes:
         parser.error("--real-nvml: simulate runs on its own simulated node; leave it out")
     lib = None if args.real_nvml else build_fake_nvml(args.build_dir)
-    devices = real_gpu_uuids() if args.real_nvml else []
+    # The kubelet's GPU pods hold the GPUs the exporter sees, whole (its default, the fake's
+    # MIG instances, would match nothing on 8 whole fake GPUs: no pod label to count).
+    devices = gpu_uuids(clean_env() if lib is None else fake_env(lib))
     print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
 
     socket = Path(tempfile.mkdtemp(prefix="footprint-")) / "kubelet.sock"
