@@ -48,8 +48,8 @@ def setup_logging(log_format: str, debug: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from ..fields.collection import load_collection
     from ..fields.counters import CountersFileError
-    from ..sim.scenario import ScenarioError
-    from ..web.config import WebConfigError
+    from ..sim.scenario_values import ScenarioError  # not ..sim.scenario: it loads PyYAML
+    from ..web.config_model import WebConfigError  # not ..web.config: it loads PyYAML
 
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "inspect":

@@ -41,8 +41,9 @@ from .config_model import (
     TLS_VERSIONS,
     TlsSettings,
     WebConfig,
+    WebConfigError,
 )
-from .config_yaml import Scalar, WebConfigError, decode_yaml, join_key, read_web_config_text
+from .config_yaml import Scalar, decode_yaml, join_key, read_web_config_text
 
 __all__ = ["BCRYPT_HASH", "CIPHERS", "CLIENT_AUTH_TYPES", "CURVES", "HEADERS", "INSECURE_CIPHERS",
            "TLS13_CIPHERS", "TLS_VERSIONS", "TlsSettings", "WebConfig", "WebConfigError",

@@ -7,6 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+
+class WebConfigError(ValueError):
+    """A web config file that cannot be used; the message is one line naming the file. Here,
+    not beside the YAML reader, so that catching it loads no PyYAML (cli/main.py)."""
+
+
 CLIENT_AUTH_TYPES: Final = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert",
                             "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
 TLS_VERSIONS: Final = {"TLS10": 0x0301, "TLS11": 0x0302, "TLS12": 0x0303, "TLS13": 0x0304}

@@ -14,14 +14,11 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..strict_yaml import SCALAR_TAGS, TAG, StrictLoader
+from .config_model import WebConfigError
 
 MAX_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 8
 """The format nests 3 deep; the limit keeps PyYAML's recursive composer shallow."""
-
-
-class WebConfigError(ValueError):
-    """A web config file that cannot be used; the message is one line naming the file."""
 
 
 class _Loader(StrictLoader):

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import bcrypt
-
 from .config import CIPHERS, TlsSettings, WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
@@ -187,6 +185,9 @@ class BasicAuth:
     wrong passwords cannot queue unbounded CPU, and remembered credentials still get in."""
 
     def __init__(self, users: Sequence[tuple[str, str]]) -> None:
+        import bcrypt  # here: a web config without basic_auth_users never loads it (issue 33)
+
+        self._hashpw, self._gensalt, self._checkpw = bcrypt.hashpw, bcrypt.gensalt, bcrypt.checkpw
         self._users = tuple((user.encode("utf-8"), hashed.encode("ascii"))
                             for user, hashed in users)
         self._cost = max(int(hashed[4:6]) for _, hashed in self._users)
@@ -199,7 +200,7 @@ class BasicAuth:
     @functools.cached_property
     def _dummy(self) -> bytes:
         """A hash no password matches, made on the first unknown user (in the worker)."""
-        return bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(self._cost))
+        return self._hashpw(secrets.token_bytes(16), self._gensalt(self._cost))
 
     def _verify(self, user: bytes, password: bytes) -> bool:
         """In the worker thread: the bcrypt check, as long for an unknown user."""
@@ -210,7 +211,7 @@ class BasicAuth:
         self.bcrypt_checks += 1
         try:
             # bcrypt reads at most 72 bytes (Go's check too); Python's refuses more.
-            ok = bcrypt.checkpw(password[:72], hashed if known else self._dummy)
+            ok = self._checkpw(password[:72], hashed if known else self._dummy)
         except ValueError:
             ok = False
         return ok and known
