@@ -95,11 +95,16 @@ def gpu_uuids(env: dict[str, str]) -> list[str]:
 
 
 # What the exporter process is made of, each in a fresh interpreter that prints its VmRSS.
+# The exporter's imports as a run with -k loads them (no web config: TLS and its YAML load
+# only with --web-config-file, tests/app/test_imports.py).
 _EXPORTER_IMPORTS = ("import gpu_enricher.cli.main, gpu_enricher.app, gpu_enricher.assembly, "
-                     "gpu_enricher.kubelet.source, gpu_enricher.web.security")
+                     "gpu_enricher.kubelet.source")
 _BASELINES = (
     ("python alone", "pass"),
     ("python + nvmlInit", "import pynvml; pynvml.nvmlInit()"),
+    ("python + the libraries it is built on (aiohttp.web, uvloop, prometheus_client, pynvml, "
+     "hpack, protobuf)", "import aiohttp.web, uvloop, prometheus_client, pynvml, hpack, "
+     "google.protobuf.message"),
     ("python + the exporter's imports", _EXPORTER_IMPORTS),
     ("python + the exporter's imports + nvmlInit",
      _EXPORTER_IMPORTS + "; import pynvml; pynvml.nvmlInit()"),
