@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .kube.configmap_source import ConfigMapSource
     from .kubelet.source import KubeletSource
     from .model import ClaimAccess, ClaimAllocation, PodDirectory, SliceDirectory
+    from .runtime.source import ContainerSource
     from .sim.cluster import SimulatedCluster
     from .sources import Source
 
@@ -153,6 +154,7 @@ def make_collector(config: Config, counters: tuple[CounterLine, ...],
         xids=make_xid_source(config, backend),
         claim_access=make_claim_source(config, assignments, api_url),
         jobs=make_job_source(config),
+        containers=make_container_source(config),
         others=others,
         dump=make_dump(config),
     )
@@ -263,6 +265,15 @@ def make_job_source(config: Config) -> "JobMapSource | None":
     from .attribution.jobmap_source import JobMapSource
 
     return JobMapSource(config.hpc_job_mapping_dir)
+
+
+def make_container_source(config: Config) -> "ContainerSource | None":
+    """`--container-labels`: the runtime's containers and the GPUs each was given."""
+    if not config.container_labels:
+        return None
+    from .runtime.source import ContainerSource
+
+    return ContainerSource(config.container_runtime_socket)
 
 
 def make_process_sources(config: Config) -> "tuple[LogNameSource | None, ProcessSource | None]":

@@ -6,6 +6,7 @@ from typing import Final
 
 BUILTIN_SCENARIO: Final = "builtin"
 DEFAULT_KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_RUNTIME_SOCKET: Final = "/var/run/docker.sock"  # Docker's; podman-docker links Podman's
 DEFAULT_PROC_ROOT: Final = Path("/proc")
 DEFAULT_KUBELET_LOG_ROOT: Final = Path("/var/log")
 KUBELET_LIST_MAX_WAIT_SECONDS: Final = 60.0
@@ -71,6 +72,8 @@ class Config:
     max_concurrent_scrapes: int = 16  # /metrics answers in flight; more get 503
     naming: str = "classic"  # --naming: the bundled list's names, classic or dcgm-exporter 4.9's
     startup_label_wait_ms: int = 2000  # the first picture waits for the labelling sources
+    container_labels: bool = False  # --container-labels: series copied per runtime container
+    container_runtime_socket: str = DEFAULT_RUNTIME_SOCKET  # a Docker-compatible Engine API
 
     @property
     def kube_api(self) -> bool:

@@ -352,9 +352,9 @@ def test_help_lists_compatibility_flags_compactly(capsys: pytest.CaptureFixture[
     ignored = [f for f in DCGM_EXPORTER_FLAGS
                if f"--{f.long}" not in implemented and f.long not in ("help", "version")]
     # Issue 24: every flag a manifest can set that changes what is exported is implemented;
-    # what is left needs a DCGM host engine (9), is served another way (1) or is Go's or for
-    # hosts without Kubernetes (3).
-    assert len(ignored) == 13
+    # what is left needs a DCGM host engine (9), is served another way (1) or is Go's (1);
+    # issue 34 implemented the two for hosts without Kubernetes.
+    assert len(ignored) == 11
     assert {f.long for f in compat_flags()} == (
         set(NEEDS_HOST_ENGINE) | set(SERVED_OTHERWISE) | set(NOT_IMPLEMENTED)), \
         "each accepted flag gpu-enricher does not implement is in one list, with its reason"

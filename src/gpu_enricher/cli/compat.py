@@ -47,10 +47,6 @@ SERVED_OTHERWISE: Final = {
 NOT_IMPLEMENTED: Final = {
     "enable-pprof": "Go's profiler endpoints; gpu-enricher is Python (attach py-spy to the "
                     "process instead)",
-    "container-labels": "container-runtime labels for hosts without Kubernetes (dcgm-exporter "
-                        "ignores them with --kubernetes); gpu-enricher names workloads through "
-                        "the kubelet (--kubernetes) or /proc (--process-metrics)",
-    "container-runtime-socket": "the container runtime that --container-labels asks",
 }
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ..config import KUBELET_LIST_MAX_WAIT_SECONDS
+from ..config import DEFAULT_RUNTIME_SOCKET, KUBELET_LIST_MAX_WAIT_SECONDS
 from .flag_values import (
     DEFAULT_ADDRESS,
     DEFAULT_IDLE_TIMEOUT_MS,
@@ -172,6 +172,14 @@ OPTIONS: Final = (
            "label each GPU's series with the HPC jobs (hpc_job) that files named <gpu> or "
            "<gpu>.<gpu instance> in DIR list, one job ID per line, re-read when they change "
            "(docs/hpc.md); empty: off", "DIR"),
+    Option("container-labels", None, None,
+           "on hosts without Kubernetes: copy each series of a GPU (or MIG instance) that a "
+           "running container was given explicitly (by UUID, index or MIG ID, or all) with "
+           "container=\"<name>\", as dcgm-exporter 4.8.3 does; a series whose pod names its "
+           "container (-k) is left alone (docs/containers.md)"),
+    Option("container-runtime-socket", None, str,
+           "the Docker-compatible Engine API --container-labels asks (Docker, or Podman's "
+           f"service socket); only reads (default {DEFAULT_RUNTIME_SOCKET})", "PATH"),
     Option("kubeconfig", None, Path,
            "kubeconfig for the Kubernetes API outside a cluster (default: in-cluster, else "
            "$KUBECONFIG)", "PATH"),

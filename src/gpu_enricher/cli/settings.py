@@ -19,6 +19,7 @@ from ..config import (
     DEFAULT_KUBELET_LOG_ROOT,
     DEFAULT_KUBELET_SOCKET,
     DEFAULT_PROC_ROOT,
+    DEFAULT_RUNTIME_SOCKET,
     Config,
 )
 from ..exposition.label_drop import unknown_warning
@@ -190,6 +191,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Config, l
         max_concurrent_scrapes=get("max-concurrent-scrapes", DEFAULT_MAX_CONCURRENT_SCRAPES),
         naming=naming,
         startup_label_wait_ms=get("startup-label-wait", DEFAULT_LABEL_WAIT_MS),
+        container_labels=switch("container-labels"),
+        container_runtime_socket=get("container-runtime-socket", "") or DEFAULT_RUNTIME_SOCKET,
     )
     warnings = _unimplemented_warnings(args, env)
     if (unknown := unknown_warning(config.drop_labels, config.pod_labels)) is not None:

@@ -6,6 +6,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..attribution.claims import ClaimHolders, claim_holders, merged
+from ..attribution.containers import (
+    NO_CONTAINER_NAMES,
+    ContainerNames,
+    RuntimeContainers,
+    container_names,
+)
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute, without_pod
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
 from ..attribution.shares import Holdings, Tenant, entity_holdings, offered_replicas, tenant_shares
@@ -19,6 +25,7 @@ from ..attribution.workloads import (
 )
 from ..exposition.join import (
     PodContext,
+    container_copies,
     dcgm_families,
     holder_pairs,
     holdings,
@@ -31,7 +38,6 @@ from ..exposition.shape import FLEX, OLD_NAMES, PLAIN_STYLE, DeviceSelection, La
 from ..fields.counters import CounterPlan
 from ..health.clock_events import ClockEventCounts
 from ..health.event_families import (
-    PLAIN,
     EventFamilyOptions,
     SeriesCopy,
     event_families,
@@ -96,6 +102,8 @@ class CycleInputs:
     """DRA: the devices claimed with admin access (monitors, not holders)."""
     jobs: JobMapping | None = None
     """HPC jobs by GPU (`--hpc-job-mapping-dir`); None: off."""
+    containers: RuntimeContainers | None = None
+    """The container runtime's containers with GPUs (`--container-labels`); None: off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,17 +180,20 @@ def _proc_usable(inputs: CycleInputs) -> bool:
 
 
 def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
-            pods: PodContext) -> list[Family]:
-    """XIDs and clock events, counted over windows; the series carry the device's pod as the
-    sampled fields do."""
+            pods: PodContext, containers: ContainerNames) -> list[Family]:
+    """XIDs and clock events, counted over windows; the series carry the device's pod (or
+    container) as the sampled fields do."""
     assert inputs.node is not None and inputs.plan is not None
     node = inputs.node
 
     def copies(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[SeriesCopy]:
         key = (gpu.identity.index, instance.gpu_instance_id if instance else None)
         found = [SeriesCopy(*map(tuple, holder_pairs(h, options.virtual_gpus, pods)))
-                 for h in holdings(key, attribution, options.virtual_gpus)] or list(PLAIN)
+                 for h in holdings(key, attribution, options.virtual_gpus)]
         jobs = job_attributes((inputs.jobs or NO_JOBS).of(*key))
+        if not found:
+            return [SeriesCopy((), tuple(attrs)) for job in jobs
+                    for attrs in container_copies(job, containers.get(key, ()), pods)]
         return [SeriesCopy(c.labels, (*c.attributes, *job)) for c in found for job in jobs]
 
     event_options = EventFamilyOptions(options.hostname, inputs.plan.labels,
@@ -224,10 +235,13 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         usage = sums if _proc_usable(inputs) else None
         uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
         context = PodContext(api, policy, usage, uids, options.drop_labels, options.style)
+        containers = (container_names(inputs.node, inputs.containers)
+                      if inputs.containers is not None else NO_CONTAINER_NAMES)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context,
-                                 options.devices, inputs.jobs or NO_JOBS)
-        families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context)
+                                 options.devices, inputs.jobs or NO_JOBS, containers)
+        families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context,
+                            containers)
         if options.process_metrics:
             families += process_families(processes, policy, sums, options.drop_labels)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 
+from ..attribution.containers import RuntimeContainers
 from ..backend import BackendUnavailable, GpuBackend
 from ..exposition.query import Document, encode
 from ..exposition.render import Exposition, Variant
@@ -64,14 +65,12 @@ class Collector:
         claim_access: Source[ClaimAccess] | None = None,
         others: Sequence[Source[object]] = (),
         jobs: Source[JobMapping] | None = None,
+        containers: Source[RuntimeContainers] | None = None,
         dump: PassDump | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.backend = backend
-        self.assignments = assignments
-        self.pods = pods
-        self.processes = processes
-        self.slices = slices
+        self.backend, self.slices = backend, slices
+        self.assignments, self.pods, self.processes = assignments, pods, processes  # for tests
         self.dump = dump  # --dump-enabled: each pass's readings written to files
         # Clock-event counts and health verdicts come from the passes themselves: always kept
         # (cheap, no I/O). `others` are read by others than the join (reload.py: the -m
@@ -79,7 +78,8 @@ class Collector:
         self.clock_events = ClockEventSource(options.clock_events_window_ms / 1000)
         self.gpu_health = HealthSource(options.xid_window_ms / 1000)
         self._feeds = PassSources(
-            LabelSources(assignments, pods, logs, processes, slices, xids, claim_access, jobs),
+            LabelSources(assignments, pods, logs, processes, slices, xids, claim_access, jobs,
+                         containers),
             tuple(others), self.clock_events, self.gpu_health,
             max(1.0, options.interval_seconds))
         self.sources = self._feeds.set.all

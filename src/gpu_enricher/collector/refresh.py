@@ -12,6 +12,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from ..attribution.containers import RuntimeContainers
 from ..fields.counters import CounterPlan
 from ..health.clock_events import ClockEventSource
 from ..health.source import HealthSource
@@ -41,6 +42,7 @@ class LabelSources:
     xids: Source[XidSnapshot] | None = None
     claim_access: Source[ClaimAccess] | None = None
     jobs: Source[JobMapping] | None = None
+    containers: Source[RuntimeContainers] | None = None
 
 
 class PassSources:
@@ -54,6 +56,7 @@ class PassSources:
         # is shorter); a stuck one is abandoned and counted.
         self.set = SourceSet((labels.assignments, labels.pods, labels.logs, labels.processes,
                               labels.slices, labels.xids, labels.jobs, labels.claim_access,
+                              labels.containers,
                               clock_events, gpu_health, *others), deadline_seconds)
 
     def inputs(self, node: NodeSnapshot | None, plan: CounterPlan | None,
@@ -71,7 +74,8 @@ class PassSources:
             x.xids.snapshot() if x.xids is not None else None,
             self.clock_events.snapshot(), time.monotonic(), self.gpu_health.snapshot(),
             x.claim_access.snapshot() if x.claim_access is not None else None,
-            x.jobs.snapshot() if x.jobs is not None else None)
+            x.jobs.snapshot() if x.jobs is not None else None,
+            x.containers.snapshot() if x.containers is not None else None)
 
     def refresh_concurrent(self, node: NodeSnapshot | None) -> list[asyncio.Future[None]]:
         return [asyncio.ensure_future(self.set.refresh(s, node))

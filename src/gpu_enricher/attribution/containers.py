@@ -1,0 +1,115 @@
+"""Which containers a container runtime gave which GPUs, on hosts without Kubernetes
+(`--container-labels`, dcgm-exporter 4.8.3's container mapper): the containers as the runtime
+describes them, and the series each one labels. Pure; runtime/ asks the runtime.
+
+dcgm-exporter's rules (`internal/pkg/transformation/container_runtime.go`, container.go):
+a container's GPUs are its explicit device IDs, else "all", else nothing for a count alone;
+a token is a GPU UUID (`GPU-…`), an NVML index (`0`, `nvidia0`) or the legacy MIG form
+`MIG-GPU-<uuid>/<gpu instance>/<compute instance>`; a series is labelled by the containers keyed
+by its GPU instance first, then by its GPU, each name once. Beyond it, the MIG UUID that NVML and
+nvidia-container-toolkit use today (`MIG-<uuid>`) names its GPU instance too.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ..model import NodeSnapshot
+from .devices import EntityKey
+
+ContainerNames = Mapping[EntityKey, tuple[str, ...]]
+"""GPU (index, None) or GPU instance (index, id) → the containers its series are copied for."""
+
+NO_CONTAINER_NAMES: Final[ContainerNames] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """The GPUs a container was given, as its runtime records them."""
+
+    tokens: tuple[str, ...] = ()
+    """Device IDs (`DeviceRequests[].DeviceIDs`, or `NVIDIA_VISIBLE_DEVICES`), as written."""
+    every_gpu: bool = False
+    """`--gpus all` (a count of -1) or `NVIDIA_VISIBLE_DEVICES=all`."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeContainer:
+    """A running container with GPUs given explicitly (or all of them)."""
+
+    container_id: str
+    name: str
+    """The `container` label's value: the runtime's name, else the 12-character short ID."""
+    gpus: GpuRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeContainers:
+    """One answer of the runtime: its running containers that were given GPUs, in its order."""
+
+    containers: tuple[RuntimeContainer, ...] = ()
+
+
+def _legacy_mig(token: str, node: NodeSnapshot) -> EntityKey | None:
+    """`MIG-GPU-<uuid>/<gi>/<ci>` (a `::…` suffix ignored) → that GPU instance, if it is here."""
+    parts = token.partition("::")[0].removeprefix("MIG-").split("/")
+    if len(parts) < 2 or not parts[0].startswith("GPU-") or not parts[1].isdigit():
+        return None
+    gpu = next((g for g in node.gpus if g.identity.uuid == parts[0]), None)
+    if gpu is None:
+        return None
+    instance = int(parts[1])
+    found = any(i.gpu_instance_id == instance for i in gpu.instances)
+    return (gpu.identity.index, instance) if found else None
+
+
+def _token_key(token: str, node: NodeSnapshot) -> EntityKey | None:
+    if token.startswith("MIG-"):
+        for gpu in node.gpus:  # MIG-<uuid>: NVML's own name of the instance
+            for inst in gpu.instances:
+                if inst.uuid == token:
+                    return (gpu.identity.index, inst.gpu_instance_id)
+        return _legacy_mig(token, node)
+    if token.startswith("GPU-"):
+        return next(((g.identity.index, None) for g in node.gpus if g.identity.uuid == token),
+                    None)
+    number = token.removeprefix("nvidia")
+    if not number.isdigit():
+        return None
+    return next(((g.identity.index, None) for g in node.gpus
+                 if g.identity.index == int(number)), None)
+
+
+def granted(request: GpuRequest, node: NodeSnapshot) -> list[EntityKey]:
+    """The GPUs and GPU instances a request names on this node, each once, in its order."""
+    if request.every_gpu:
+        return [(g.identity.index, None) for g in node.gpus]
+    keys: list[EntityKey] = []
+    for token in request.tokens:
+        key = _token_key(token.strip(), node)
+        if key is not None and key not in keys:
+            keys.append(key)
+    return keys
+
+
+def container_names(node: NodeSnapshot, found: RuntimeContainers) -> ContainerNames:
+    """Each GPU's and GPU instance's containers: an instance's own first, then those given
+    its whole GPU; a name once; the runtime's order within each."""
+    by_key: dict[EntityKey, list[str]] = {}
+    for container in found.containers:
+        for key in granted(container.gpus, node):
+            names = by_key.setdefault(key, [])
+            if container.name not in names:
+                names.append(container.name)
+    result: dict[EntityKey, tuple[str, ...]] = {}
+    for gpu in node.gpus:
+        index = gpu.identity.index
+        whole = by_key.get((index, None), [])
+        if whole:
+            result[(index, None)] = tuple(whole)
+        for inst in gpu.instances:
+            own: Sequence[str] = by_key.get((index, inst.gpu_instance_id), [])
+            names = [*own, *(n for n in whole if n not in own)]
+            if names:
+                result[(index, inst.gpu_instance_id)] = tuple(names)
+    return result

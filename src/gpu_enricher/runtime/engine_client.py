@@ -1,0 +1,62 @@
+"""Asks a Docker-compatible Engine API over its unix socket: only reads (`GET /containers/json`,
+`GET /containers/<id>/json`), each answer at most 10 MiB (dcgm-exporter's bound). The fetch
+half; engine.py parses."""
+
+from typing import Any, Final
+
+import aiohttp
+
+from .engine import EngineAnswerError, decode
+
+MAX_ANSWER_BYTES: Final = 10 << 20
+
+
+class EngineUnavailable(Exception):
+    """The socket is absent, refuses (permission) or closed mid-answer."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class EngineStatusError(Exception):
+    def __init__(self, path: str, status: int) -> None:
+        super().__init__(f"the runtime answered HTTP {status} to GET {path}")
+        self.path, self.status = path, status
+
+
+class EngineClient:
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # No proxy from the environment: the request never leaves the socket.
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=self.socket_path), trust_env=False)
+        return self._session
+
+    async def get(self, path: str) -> Any:
+        """The decoded JSON of one GET. Raises EngineUnavailable, EngineStatusError,
+        EngineAnswerError."""
+        try:
+            async with self._client().get(f"http://docker{path}") as response:
+                body = await response.content.read(MAX_ANSWER_BYTES + 1)
+                if response.status // 100 != 2:
+                    raise EngineStatusError(path, response.status)
+        except PermissionError as exc:
+            raise EngineUnavailable("permission", f"{self.socket_path}: {exc.strerror}") from None
+        except aiohttp.ClientConnectorError as exc:
+            reason = "permission" if isinstance(exc.os_error, PermissionError) else "unavailable"
+            raise EngineUnavailable(reason, f"{self.socket_path}: {exc.os_error.strerror or exc}"
+                                    ) from None
+        except aiohttp.ClientError as exc:
+            raise EngineUnavailable("unavailable", f"{self.socket_path}: {exc}") from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise EngineAnswerError(f"GET {path}: the answer is over {MAX_ANSWER_BYTES} bytes")
+        return decode(body, path)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,122 @@
+"""`--container-labels`, the source: once per pass, the runtime's running containers, and for
+each one not seen before which GPUs it was given (a container's devices and environment never
+change once it exists, so one inspect per container, not one per pass). Bounded: the pass's
+deadline, 10 MiB an answer, `MAX_INSPECTS` new containers a pass (the rest the pass after).
+
+A runtime that is absent, refuses, answers garbage or is slow costs its labels, never /metrics:
+the last answer is kept (dcgm-exporter keeps its last map too), the failure is logged once when
+it starts and once when it ends, and counted under `gpu_enricher_source_errors_total`.
+"""
+
+import logging
+import time
+from collections import Counter
+from typing import Final
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from ..attribution.containers import GpuRequest, RuntimeContainer, RuntimeContainers
+from ..model import NodeSnapshot, SourceHealth
+from .engine import EngineAnswerError, inspected, label_value, listed
+from .engine_client import EngineClient, EngineStatusError, EngineUnavailable
+
+log = logging.getLogger(__name__)
+
+MAX_INSPECTS: Final = 256
+"""New containers inspected in one pass; a host starting more at once is named over passes."""
+NOT_FOUND: Final = 404
+
+
+class ContainerSource:
+    """Satisfies `Source[RuntimeContainers]`."""
+
+    name = "containers"
+    after_gpus = False
+
+    def __init__(self, socket_path: str, client: EngineClient | None = None) -> None:
+        self.socket_path = socket_path
+        self._client = client if client is not None else EngineClient(socket_path)
+        # container ID → (its name in the listing then, as inspected, the GPUs it was given)
+        self._inspected: dict[str, tuple[str, str, GpuRequest | None]] = {}
+        self._snapshot = RuntimeContainers()
+        self._running = 0
+        self._up = False
+        self._problem: str | None = None
+        self.collections = 0
+        self.errors: Counter[str] = Counter()
+        self.last_duration: float | None = None
+        self.last_success_wall: float | None = None
+
+    async def start(self) -> None:
+        """Nothing runs in the background: all work happens in refresh."""
+
+    async def refresh(self, gpus: NodeSnapshot | None) -> None:
+        """List, inspect the new containers, rebuild the snapshot; never raises."""
+        started = time.perf_counter()
+        try:
+            running = listed(await self._client.get("/containers/json"))
+            # Inspected again only when new or renamed (`docker rename`).
+            known = {cid: found for cid, name in running
+                     if (found := self._inspected.get(cid)) is not None and found[0] == name}
+            for cid, name in [(c, n) for c, n in running if c not in known][:MAX_INSPECTS]:
+                known[cid] = (name, *await self._inspect(cid))
+        except EngineUnavailable as exc:
+            self._failed(exc.reason, str(exc))
+            return
+        except EngineStatusError as exc:
+            self._failed("status", str(exc))
+            return
+        except EngineAnswerError as exc:
+            self._failed("answer", str(exc))
+            return
+        self._inspected = known
+        self._running = len(running)
+        # dcgm-exporter's label: the inspected name, else the listed one, else the short ID.
+        self._snapshot = RuntimeContainers(tuple(
+            RuntimeContainer(cid, label_value(known[cid][1] or name, cid), request)
+            for cid, name in running if cid in known and (request := known[cid][2]) is not None))
+        self._up = True
+        self.collections += 1
+        self.last_duration = time.perf_counter() - started
+        self.last_success_wall = time.time()
+        if self._problem is not None:
+            log.warning("the container runtime at %s answers again", self.socket_path)
+            self._problem = None
+
+    async def _inspect(self, container_id: str) -> tuple[str, GpuRequest | None]:
+        try:
+            return inspected(await self._client.get(f"/containers/{container_id}/json"))
+        except EngineStatusError as exc:
+            if exc.status == NOT_FOUND:  # gone between the list and the inspect
+                return "", None
+            raise
+
+    def _failed(self, reason: str, message: str) -> None:
+        self.errors[reason] += 1
+        self._up = False
+        if self._problem is None:
+            kept = "keeping the last containers' labels" if self.collections else \
+                "no container labels until it answers"
+            log.warning("the container runtime at %s cannot be asked (%s); %s", self.socket_path,
+                        message, kept)
+        self._problem = reason
+
+    def snapshot(self) -> RuntimeContainers:
+        return self._snapshot
+
+    def health(self) -> SourceHealth:
+        return SourceHealth(self._up, self.collections, dict(self.errors), self.last_duration,
+                            self.last_success_wall)
+
+    def families(self) -> list[Metric]:
+        family = GaugeMetricFamily(
+            "gpu_enricher_runtime_containers",
+            "Running containers the container runtime listed at its last answer (state="
+            "running) and those of them given GPUs (state=with_gpus).", labels=["state"])
+        family.add_metric(["running"], self._running)
+        family.add_metric(["with_gpus"], len(self._snapshot.containers))
+        return [family]
+
+    async def close(self) -> None:
+        await self._client.close()
