@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Install what the test suite uses besides Python; tox runs this before pytest.
 
-- Prometheus and promtool (Debian's `prometheus` package) and gcc (`gcc libc6-dev`, which builds
-  the fake libnvidia-ml) through apt-get, when missing. That needs root, or `sudo -n` where it
+- Prometheus and promtool (Debian's `prometheus` package), gcc (`gcc libc6-dev`, which builds
+  the fake libnvidia-ml) and Docker Engine with containerd and runc (`docker.io`) through
+  apt-get, when missing. That needs root, or `sudo -n` where it
   works; otherwise this prints the command to run and goes on: the tests that need a missing
   tool then skip, and fail under CI=true.
 - helm, which no Debian package ships, into the git-ignored .tools/bin/ (tox puts it first on
@@ -37,6 +38,8 @@ HELM_IN_LAYER = "helm/helm"
 DEBIAN_PACKAGES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("prometheus", "promtool"), ("prometheus",)),
     (("gcc",), ("gcc", "libc6-dev")),
+    # dockerd 20.10 (its own containerd and runc come with it): tests/runtime/dockerd.py.
+    (("dockerd", "containerd", "runc"), ("docker.io", "containerd", "runc")),
 )
 
 

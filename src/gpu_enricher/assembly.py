@@ -273,7 +273,9 @@ def make_container_source(config: Config) -> "ContainerSource | None":
         return None
     from .runtime.source import ContainerSource
 
-    return ContainerSource(config.container_runtime_socket)
+    # As long as the kubelet's holders are kept (make_kubelet_source): 3 passes, or 4 s.
+    return ContainerSource(config.container_runtime_socket,
+                           max_age_seconds=max(3 * config.interval_seconds, 4.0))
 
 
 def make_process_sources(config: Config) -> "tuple[LogNameSource | None, ProcessSource | None]":

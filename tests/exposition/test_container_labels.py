@@ -9,7 +9,7 @@ from gpu_enricher.exposition.join import NO_PODS, PodContext, dcgm_families
 from gpu_enricher.exposition.render import Exposition
 from gpu_enricher.fields.counters import parse_counters, plan_counters
 from gpu_enricher.fields.table import IMPLEMENTED
-from gpu_enricher.model import JobMapping
+from gpu_enricher.model import NO_JOBS, JobMapping
 from tests.exposition.test_render import ID0, MIG1, MIG9, attribution_fixture, snapshot
 
 CSV = ("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
@@ -17,7 +17,7 @@ CSV = ("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
 HEAD = "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
 
 
-def text(containers: ContainerNames, *, jobs: JobMapping = JobMapping(), held: bool = False,
+def text(containers: ContainerNames, *, jobs: JobMapping = NO_JOBS, held: bool = False,
          pods: PodContext = NO_PODS) -> str:
     plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
     families = dcgm_families(snapshot(), plan, "node-a",

@@ -4,10 +4,12 @@ change once it exists, so one inspect per container, not one per pass). Bounded:
 deadline, 10 MiB an answer, `MAX_INSPECTS` new containers a pass (the rest the pass after).
 
 A runtime that is absent, refuses, answers garbage or is slow costs its labels, never /metrics:
-the last answer is kept (dcgm-exporter keeps its last map too), the failure is logged once when
-it starts and once when it ends, and counted under `gpu_enricher_source_errors_total`.
+the last answer is kept for a while (as the kubelet's; dcgm-exporter keeps its last map for
+ever), the failure is logged once when it starts and once when it ends, and counted under
+`gpu_enricher_source_errors_total`.
 """
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -26,6 +28,11 @@ log = logging.getLogger(__name__)
 MAX_INSPECTS: Final = 256
 """New containers inspected in one pass; a host starting more at once is named over passes."""
 NOT_FOUND: Final = 404
+TIMEOUT_SECONDS: Final = 2.0
+"""A whole refresh, the list and its inspects (dcgm-exporter's bound)."""
+
+_Inspected = tuple[str, str, GpuRequest | None]
+"""A container's name in the listing when inspected, its name as inspected, its GPUs."""
 
 
 class ContainerSource:
@@ -34,11 +41,12 @@ class ContainerSource:
     name = "containers"
     after_gpus = False
 
-    def __init__(self, socket_path: str, client: EngineClient | None = None) -> None:
+    def __init__(self, socket_path: str, max_age_seconds: float,
+                 client: EngineClient | None = None) -> None:
         self.socket_path = socket_path
+        self.max_age_seconds = max_age_seconds  # the last answer's labels, kept through failures
         self._client = client if client is not None else EngineClient(socket_path)
-        # container ID → (its name in the listing then, as inspected, the GPUs it was given)
-        self._inspected: dict[str, tuple[str, str, GpuRequest | None]] = {}
+        self._inspected: dict[str, _Inspected] = {}
         self._snapshot = RuntimeContainers()
         self._running = 0
         self._up = False
@@ -47,6 +55,7 @@ class ContainerSource:
         self.errors: Counter[str] = Counter()
         self.last_duration: float | None = None
         self.last_success_wall: float | None = None
+        self._answered_at: float | None = None  # monotonic
 
     async def start(self) -> None:
         """Nothing runs in the background: all work happens in refresh."""
@@ -55,12 +64,11 @@ class ContainerSource:
         """List, inspect the new containers, rebuild the snapshot; never raises."""
         started = time.perf_counter()
         try:
-            running = listed(await self._client.get("/containers/json"))
-            # Inspected again only when new or renamed (`docker rename`).
-            known = {cid: found for cid, name in running
-                     if (found := self._inspected.get(cid)) is not None and found[0] == name}
-            for cid, name in [(c, n) for c, n in running if c not in known][:MAX_INSPECTS]:
-                known[cid] = (name, *await self._inspect(cid))
+            async with asyncio.timeout(TIMEOUT_SECONDS):
+                running, known = await self._ask()
+        except TimeoutError:
+            self._failed("timeout", f"no whole answer within {TIMEOUT_SECONDS:g}s")
+            return
         except EngineUnavailable as exc:
             self._failed(exc.reason, str(exc))
             return
@@ -80,9 +88,20 @@ class ContainerSource:
         self.collections += 1
         self.last_duration = time.perf_counter() - started
         self.last_success_wall = time.time()
+        self._answered_at = time.monotonic()
         if self._problem is not None:
             log.warning("the container runtime at %s answers again", self.socket_path)
             self._problem = None
+
+    async def _ask(self) -> tuple[list[tuple[str, str]], dict[str, _Inspected]]:
+        """The running containers, and what each was given: inspected again only when new or
+        renamed (`docker rename`)."""
+        running = listed(await self._client.get("/containers/json"))
+        known = {cid: found for cid, name in running
+                 if (found := self._inspected.get(cid)) is not None and found[0] == name}
+        for cid, name in [(c, n) for c, n in running if c not in known][:MAX_INSPECTS]:
+            known[cid] = (name, *await self._inspect(cid))
+        return running, known
 
     async def _inspect(self, container_id: str) -> tuple[str, GpuRequest | None]:
         try:
@@ -96,13 +115,18 @@ class ContainerSource:
         self.errors[reason] += 1
         self._up = False
         if self._problem is None:
-            kept = "keeping the last containers' labels" if self.collections else \
-                "no container labels until it answers"
+            kept = (f"keeping the last containers' labels for up to {self.max_age_seconds:.0f}s"
+                    if self.collections else "no container labels until it answers")
             log.warning("the container runtime at %s cannot be asked (%s); %s", self.socket_path,
                         message, kept)
         self._problem = reason
 
     def snapshot(self) -> RuntimeContainers:
+        # Kept through failures as the kubelet's holders are, not for ever as dcgm-exporter
+        # keeps its map: better no container label than one of a container long gone.
+        if self._answered_at is None or \
+                time.monotonic() - self._answered_at > self.max_age_seconds:
+            return RuntimeContainers()
         return self._snapshot
 
     def health(self) -> SourceHealth:

@@ -1,0 +1,74 @@
+"""`--container-labels` against a real Docker Engine (tests/runtime/dockerd.py) and the exporter
+as a process over the fake libnvidia-ml: a container given GPU 0 by UUID (the nvidia runtime's
+variable) and one given GPU 1 by index (`--gpus device=1`) name their GPUs' series, one started
+with a count (`--gpus 1`) names none (dcgm-exporter's rules); a container that stops is unnamed;
+a runtime that stops costs its labels after a while, never /metrics."""
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.app.fault_helpers import Process, fetch, nvml_env, until
+from tests.app.test_process import Exporter
+from tests.app.test_process import exporters as exporters  # the fixture
+from tests.runtime.dockerd import Dockerd, gpu_request
+from tests.samples import value
+
+UUID0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
+SOURCE_UP = "gpu_enricher_source_up"
+
+
+@pytest.fixture
+def dockerd(tmp_path: Path) -> Iterator[Dockerd]:
+    engine = Dockerd()
+    try:
+        engine.start()
+        engine.import_image(tmp_path)
+        yield engine
+    finally:
+        engine.stop()
+
+
+def temp(body: str, gpu: int, container: str | None = None) -> bool:
+    """Whether GPU `gpu`'s temperature series is there, with `container` or without one."""
+    want = f',container="{container}"}}' if container else None
+    for line in body.splitlines():
+        if line.startswith(f'DCGM_FI_DEV_GPU_TEMP{{gpu="{gpu}",'):
+            has = ',container="' in line
+            if (want is None and not has) or (want is not None and want in line):
+                return True
+    return False
+
+
+async def test_containers_given_gpus_name_their_series(
+        exporters: list[Exporter], fake_nvml_path: Path, dockerd: Dockerd) -> None:
+    exp = Process(["-c", "200", "--container-labels", "--container-runtime-socket",
+                   str(dockerd.socket)], nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="4"))
+    exporters.append(exp)
+    await asyncio.to_thread(exp.wait_ready)
+    await asyncio.to_thread(dockerd.run, "trainer", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"])
+    await asyncio.to_thread(dockerd.run, "indexer", device_requests=[gpu_request("1")])
+    await asyncio.to_thread(dockerd.run, "counted", device_requests=[gpu_request(count=1)])
+    body = await until(exp, lambda b: temp(b, 0, "trainer") and temp(b, 1, "indexer") and
+                       value(b, "gpu_enricher_runtime_containers", state="running") == 3)
+    for gpu in range(4):
+        assert temp(body, gpu), "each series is kept without a container too"
+    assert "counted" not in body, "a count alone names no GPU (dcgm-exporter)"
+    assert body.count('container="trainer"') == body.count('container="indexer"') > 1
+    assert not temp(body, 2, "trainer") and not temp(body, 3, "indexer")
+    assert value(body, "gpu_enricher_runtime_containers", state="with_gpus") == 2
+
+    await asyncio.to_thread(dockerd.remove, "trainer")
+    body = await until(exp, lambda b: 'container="trainer"' not in b)
+    assert temp(body, 1, "indexer")
+
+    await asyncio.to_thread(dockerd.stop)
+    body = await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 0)
+    body = await until(exp, lambda b: 'container="indexer"' not in b)
+    status, body = await fetch(exp)
+    assert status == 200 and temp(body, 0) and temp(body, 1)
+    code, err = exp.stop()
+    assert code == 0, err
+    assert err.count("container runtime at") == 1, err
