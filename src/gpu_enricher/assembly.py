@@ -36,10 +36,10 @@ def make_backend(config: Config) -> GpuBackend:
 
         return NvmlBackend(slow_interval_seconds=config.slow_fields_interval_ms / 1000)
     from .sim.backend import SimulatedBackend
-    from .sim.scenario import builtin_scenario, load_scenario
+    from .sim.scenario import BUNDLED, builtin_scenario, load_scenario
 
     scenario = (
-        builtin_scenario() if config.simulate == BUILTIN_SCENARIO
+        builtin_scenario(config.simulate) if config.simulate in (BUILTIN_SCENARIO, *BUNDLED)
         else load_scenario(Path(config.simulate))
     )
     return SimulatedBackend(scenario)

@@ -71,4 +71,4 @@ async def test_containers_given_gpus_name_their_series(
     assert status == 200 and temp(body, 0) and temp(body, 1)
     code, err = exp.stop()
     assert code == 0, err
-    assert err.count("container runtime at") == 1, err
+    assert f"the container runtime at {dockerd.socket} cannot be asked" in err, err

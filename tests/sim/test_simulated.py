@@ -211,7 +211,7 @@ async def test_builtin_node_health_and_p2p_through_the_collector() -> None:
         ("gpus: [{utilisation: 5}]",
          "gpus[0]: unknown key 'utilisation' (did you mean 'utilization'?)"),
         ("gpu: [{}]",
-         "unknown key 'gpu' (did you mean 'gpus'?); known: churn, driver_version, gpus"),
+         "unknown key 'gpu' (did you mean 'gpus'?); known: churn, containers, driver_version"),
         ("gpus: [{}]\npods: [{namespace: a, pod: b, container: c, gpu: [0]}]",
          "pods[0]: unknown key 'gpu' (did you mean 'gpus'?)"),
         ("gpus: [{}]\n  bad: indent", ":2:3: invalid YAML: expected <block end>, but found"),

@@ -40,6 +40,7 @@ from .node import Scenario
 
 if TYPE_CHECKING:
     from .fake_api.server import FakeKubeApi
+    from .fake_engine import FakeEngine
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ def _sync_log_names(root: Path, old: Sequence[str], new: Sequence[str]) -> None:
 
 
 def write_proc_root(scenario: Scenario, root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)  # a scenario without processes: an empty /proc
     _sync_files(root, {}, proc_files(scenario))
     return root
 
@@ -135,7 +137,13 @@ class SimulatedCluster:
                                                   list(devices))])
             self.proc_root = write_proc_root(scenario, self.directory / "proc")
             self.log_root = self.directory / "log"
+            (self.log_root / "pods").mkdir(parents=True)  # as a node's, even without pods
             _sync_log_names(self.log_root, (), log_names(scenario))
+            self.engine: FakeEngine | None = None
+            if scenario.containers:  # a Docker host: its Engine API, for --container-labels
+                from .fake_engine import FakeEngine as Engine
+
+                self.engine = Engine(self.directory / "docker.sock", scenario.containers)
             self.job_root = self.directory / "job-mapping"
             self.job_root.mkdir()
             for name, text in job_files(scenario).items():
@@ -156,6 +164,9 @@ class SimulatedCluster:
             namespace, name = config.configmap
             counters = default_counters_path(config.naming).read_text(encoding="utf-8")
             self.api.upsert_config_map(config_map_object(namespace, name, {"metrics": counters}))
+        if self.engine is not None:
+            config = dataclasses.replace(config, container_labels=True,
+                                         container_runtime_socket=str(self.engine.socket_path))
         return dataclasses.replace(config, proc_root=self.proc_root,
                                    kubelet_log_root=self.log_root,
                                    hpc_job_mapping_dir=config.hpc_job_mapping_dir
@@ -164,6 +175,8 @@ class SimulatedCluster:
     async def start(self) -> None:
         await self.kubelet.start()
         await self.api.start()
+        if self.engine is not None:
+            await self.engine.start()
         if self.scenario.churn_pods_per_second:
             self._churn = asyncio.create_task(run_churn(self, self.scenario), name="sim-churn")
 
@@ -175,6 +188,8 @@ class SimulatedCluster:
                     await self._churn
             await self.api.stop()
             await self.kubelet.stop()
+            if self.engine is not None:
+                await self.engine.stop()
         finally:
             self.close()
 

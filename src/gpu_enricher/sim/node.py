@@ -90,6 +90,16 @@ class SimPod:
     """The claim monitors its devices (as the GPU Operator's DRA exporter claims every GPU)."""
 
 
+@dataclass(frozen=True, slots=True)
+class SimContainer:
+    """A container a Docker host runs (its fake Engine API serves it, `--container-labels`)."""
+
+    container_id: str
+    name: str
+    env: tuple[str, ...] = ()  # `NVIDIA_VISIBLE_DEVICES=…`, as the nvidia runtime reads it
+    device_requests: tuple[Mapping[str, object], ...] = ()  # what `docker run --gpus` sends
+
+
 @dataclass(slots=True, eq=False)
 class ChurnClock:
     """Ticks of pod churn the simulated node has gone through (sim/churn.py): the one mutable
@@ -108,6 +118,7 @@ class Scenario:
     pods: tuple[PodAssignment, ...] = ()  # served by the simulated node's fake kubelet
     pod_specs: tuple[SimPod, ...] = ()  # every pod container, with or without devices
     churn_pods_per_second: int = 0  # pods replaced every second (`churn:`); 0: none
+    containers: tuple[SimContainer, ...] = ()  # a Docker host's, served by a fake Engine API
     churn_clock: ChurnClock = field(default_factory=ChurnClock, compare=False, repr=False)
 
     def allocatable(self) -> tuple[AllocatableDevices, ...]:

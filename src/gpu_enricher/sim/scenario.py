@@ -26,6 +26,7 @@ from .node import (
     default_uuid,
     has_gpm,
 )
+from .scenario_containers import container_entries
 from .scenario_pods import pod_entry
 from .scenario_values import (
     At,
@@ -59,7 +60,7 @@ _PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod",
 _PROCESS_TYPES: Final = ("compute", "graphics", "mps")
 """NVML's lists; the MPS server is a compute process named `nvidia-cuda-mps-server`."""
 _TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods",
-                              "churn"})
+                              "churn", "containers"})
 
 # A GPU instance profile: compute slices, then memory (1g.10gb, 1g.10gb+me, 3g.40gb).
 _PROFILE = re.compile(r"([1-9])g\.[0-9]+gb\S*")
@@ -274,6 +275,7 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
         # The kubelet lists device-plugin devices; claimed ones come as dynamic_resources.
         pods=tuple(p for p, spec in pods if p.device_ids and spec.claim is None),
         pod_specs=specs,
+        containers=container_entries(top, at),
     )
     churn = parse_churn(top.get("churn"), at.field(top, "churn"), scenario)
     return dataclasses.replace(scenario, churn_pods_per_second=churn) if churn else scenario
@@ -284,6 +286,12 @@ def load_scenario(path: Path) -> Scenario:
     return parse_scenario(decode_yaml(read_text(path), str(path)), str(path))
 
 
-def builtin_scenario() -> Scenario:
-    text = resources.files(__package__).joinpath("builtin-scenario.yaml").read_text("utf-8")
-    return parse_scenario(decode_yaml(text, "<built-in scenario>"), "<built-in scenario>")
+BUNDLED: Final = {"docker-host": "docker-host.yaml"}
+"""Scenarios shipped beside the built-in one, by the name `--simulate NAME` gives them."""
+
+
+def builtin_scenario(name: str = "builtin") -> Scenario:
+    """The built-in node, or a bundled scenario by its name (`BUNDLED`)."""
+    file = BUNDLED.get(name, "builtin-scenario.yaml")
+    text = resources.files(__package__).joinpath(file).read_text("utf-8")
+    return parse_scenario(decode_yaml(text, f"<{name} scenario>"), f"<{name} scenario>")

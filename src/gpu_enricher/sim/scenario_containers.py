@@ -1,0 +1,58 @@
+"""A scenario's `containers:` entries (sim/scenario.py reads the rest): the containers of a
+Docker host, as its Engine API describes them, given GPUs the ways `docker run` gives them.
+Pure.
+
+    containers:
+      - {name: trainer, visible_devices: "GPU-…"}   # the nvidia runtime's variable
+      - {name: indexer, gpus: ["1"]}                # --gpus device=1 (IDs or UUIDs)
+      - {name: everything, gpus: all}               # --gpus all
+      - {name: counted, count: 1}                   # --gpus 1: names no GPU (dcgm-exporter)
+"""
+
+import hashlib
+from typing import Any, Final
+
+from .node import SimContainer
+from .scenario_values import At, as_int, as_list, as_mapping, as_text, check_keys, opt_text
+
+_KEYS: Final = frozenset({"name", "visible_devices", "gpus", "count"})
+
+
+def _request(device_ids: list[str], count: int) -> dict[str, object]:
+    return {"Driver": "", "Count": count, "DeviceIDs": device_ids, "Capabilities": [["gpu"]],
+            "Options": {}}
+
+
+def container_entry(raw: Any, at: At) -> SimContainer:
+    spec = as_mapping(raw, at)
+    check_keys(spec, _KEYS, at)
+    name = opt_text(spec, at, "name", "", as_text)
+    if not name:
+        raise at.field(spec, "name").error("required")
+    env: tuple[str, ...] = ()
+    if "visible_devices" in spec:
+        devices = as_text(spec["visible_devices"], at.field(spec, "visible_devices"), empty=True)
+        env = (f"NVIDIA_VISIBLE_DEVICES={devices}",)
+    requests: list[dict[str, object]] = []
+    gpus_at = at.field(spec, "gpus")
+    if spec.get("gpus") == "all":
+        requests.append(_request([], -1))
+    elif "gpus" in spec:
+        ids = as_list(spec["gpus"], gpus_at)
+        requests.append(_request([as_text(str(i), gpus_at.item(ids, n))
+                                  for n, i in enumerate(ids)], 0))
+    if "count" in spec:
+        requests.append(_request([], as_int(spec["count"], at.field(spec, "count"))))
+    digest = hashlib.sha256(f"gpu-enricher-sim-container:{name}".encode()).hexdigest()
+    return SimContainer(digest, name, env, tuple(requests))
+
+
+def container_entries(top: Any, at: At) -> tuple[SimContainer, ...]:
+    containers_at = at.field(top, "containers")
+    raw = as_list(top.get("containers"), containers_at)
+    found = tuple(container_entry(c, containers_at.item(raw, i)) for i, c in enumerate(raw))
+    names = [c.name for c in found]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise containers_at.item(raw, i).error(f"a second container named {name!r}")
+    return found

@@ -1,0 +1,56 @@
+"""`--simulate docker-host`: a Docker host's containers served by the simulated node's fake
+Engine API, asked through the same client and source as a real dockerd (tests/runtime), and a
+scenario's `containers:` entries checked as the rest of a scenario is."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gpu_enricher.sim.scenario import builtin_scenario, load_scenario
+from gpu_enricher.sim.scenario_values import ScenarioError
+from tests.app.fault_helpers import fetch
+from tests.app.test_process import Exporter
+from tests.app.test_process import exporters as exporters  # the fixture
+from tests.samples import value
+
+
+def test_the_docker_host_gives_gpus_each_way_docker_run_does() -> None:
+    host = builtin_scenario("docker-host")
+    assert [c.name for c in host.containers] == ["vllm-llama", "embedder", "notebook"]
+    assert host.pods == (), "no kubelet holds anything: a host without Kubernetes"
+    vllm, embedder, notebook = host.containers
+    assert vllm.device_requests[0]["DeviceIDs"] == ["0"]
+    assert embedder.env == ("NVIDIA_VISIBLE_DEVICES=1",)
+    assert notebook.device_requests[0]["Count"] == 1
+
+
+async def test_simulate_docker_host_labels_series_with_their_containers(
+        exporters: list[Exporter]) -> None:
+    exp = Exporter(["--simulate", "docker-host", "-c", "200"], {})
+    exporters.append(exp)
+    await asyncio.to_thread(exp.wait_ready)
+    status, body = await fetch(exp)
+    assert status == 200
+    temps = [line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    assert len(temps) == 6, "4 GPUs, and GPU 0's and GPU 1's copies"
+    assert sum('gpu="0"' in t and ',container="vllm-llama"}' in t for t in temps) == 1
+    assert sum('gpu="1"' in t and ',container="embedder"}' in t for t in temps) == 1
+    assert "notebook" not in body
+    assert value(body, "gpu_enricher_source_up", source="containers") == 1
+    assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ("{gpus: ['0']}", "containers[0].name: required"),
+    ("{name: a, gpu: ['0']}", "containers[0]: unknown key 'gpu'"),
+    ("{name: a}\n  - {name: a}", "containers[1]: a second container named 'a'"),
+    ("{name: a, count: lots}", "containers[0].count"),
+])
+def test_a_wrong_container_entry_is_named(tmp_path: Path, entry: str, problem: str) -> None:
+    path = tmp_path / "host.yaml"
+    path.write_text(f"gpus:\n  - {{}}\ncontainers:\n  - {entry}\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value).startswith(f"{path}:"), caught.value
+    assert problem in str(caught.value), caught.value
