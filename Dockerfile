@@ -1,8 +1,12 @@
-# syntax=docker/dockerfile:1
 # gpu-enricher: a small runtime image (python:3.11-slim). The build stage turns the project and
-# its dependencies into wheels; the runtime stage installs them from there, without compilers,
-# network access or a build cache. NVML (libnvidia-ml.so.1) is not in the image: the NVIDIA
-# Container Toolkit mounts the host's driver library (NVIDIA_DRIVER_CAPABILITIES=utility).
+# its dependencies into wheels; the install stage installs them from there into /install, without
+# compilers, network access or a build cache; the runtime stage copies only what was installed.
+# NVML (libnvidia-ml.so.1) is not in the image: the NVIDIA Container Toolkit mounts the host's
+# driver library (NVIDIA_DRIVER_CAPABILITIES=utility).
+#
+# No `# syntax=` line and no `RUN --mount`: the file builds with Docker 20.10's classic builder
+# (Debian's docker.io) as with BuildKit, and on builders that cannot fetch a frontend image
+# (air-gapped) (issue 34).
 #
 #   docker build -t gpu-enricher:0.1.0 .
 #   docker run --rm --gpus all -p 9400:9400 gpu-enricher:0.1.0
@@ -20,6 +24,11 @@ COPY src ./src
 # makes a missing one fail here instead of silently needing a compiler.
 RUN python -m pip wheel --wheel-dir /wheels --only-binary=:all: --no-binary=gpu-enricher .
 
+FROM ${PYTHON_IMAGE} AS install
+COPY --from=build /wheels /wheels
+RUN python -m pip install --no-cache-dir --no-index --find-links=/wheels --prefix=/install \
+    gpu-enricher
+
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="gpu-enricher" \
@@ -32,10 +41,9 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# The wheels are bind-mounted from the build stage, so they never become an image layer.
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python -m pip install --no-cache-dir --no-index --find-links=/wheels gpu-enricher \
-    && gpu-enricher --version
+# What the install stage installed, where the image's Python looks (its wheels stay behind).
+COPY --from=install /install /usr/local
+RUN gpu-enricher --version
 # Root: the kubelet's pod-resources socket is root-owned. No capability is needed (the Helm
 # chart drops them all and runs with a read-only root filesystem).
 EXPOSE 9400
