@@ -203,7 +203,13 @@ def run(config: Config, collection: Collection,
     log.info("counters: %s", collection.origin)  # which file, and why (issue 24)
     try:
         backend = backend if backend is not None else make_backend(config)
-        cluster = simulated_cluster(backend, config)
+        try:
+            cluster = simulated_cluster(backend, config)
+        except OSError as exc:  # a read-only root and no writable temp directory (issue 34)
+            log.error("--simulate needs a writable temporary directory for the simulated "
+                      "node's sockets and /proc (%s): set TMPDIR to one, or mount a tmpfs at "
+                      "/tmp", exc.strerror or exc)
+            return 1
         if cluster is not None:
             config = cluster.configure(config)
         assignments = make_assignments(config,

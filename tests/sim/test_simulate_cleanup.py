@@ -184,3 +184,20 @@ def test_close_removes_the_directory_and_gives_sigterm_back(
     cluster.close()  # idempotent: stop() and the exit path may both call it
     assert sim_dirs(tmp_path) == []
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_without_a_writable_temporary_directory_it_says_so_and_exits_1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A read-only root filesystem with no writable /tmp (issue 34): one clear line, not a
+    traceback. tempfile is pointed at a directory it cannot create there."""
+    read_only = tmp_path / "ro"
+    read_only.mkdir(mode=0o555)
+    monkeypatch.setattr(tempfile, "tempdir", str(read_only / "tmp"))
+    from gpu_enricher.cli.main import main
+
+    assert main(["--simulate", "-a", f"127.0.0.1:{free_port()}"]) == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "--simulate needs a writable temporary directory" in errors[0]
+    assert "set TMPDIR" in errors[0] and "Traceback" not in err, err
