@@ -15,7 +15,13 @@ from gpu_enricher.attribution.containers import (
     container_names,
 )
 from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSnapshot
-from gpu_enricher.runtime.engine import MAX_LABEL_BYTES, inspected, label_value, listed
+from gpu_enricher.runtime.engine import (
+    MAX_LABEL_BYTES,
+    inspected,
+    label_value,
+    listed,
+    own_container,
+)
 
 
 def gpu(index: int, *instances: GpuInstance) -> GpuSnapshot:
@@ -118,3 +124,14 @@ def test_the_listing_keeps_the_runtime_order_and_skips_what_has_no_id() -> None:
 def test_a_request_is_plain_data() -> None:
     assert inspected({"Name": "/t", "Config": env("NVIDIA_VISIBLE_DEVICES=all,GPU-0")}) == (
         "/t", GpuRequest(("GPU-0",), every_gpu=True))
+
+
+def test_the_exporter_s_own_container_is_found_from_its_mounts() -> None:
+    docker = ("1620 1587 259:1 /var/lib/docker/containers/" + "a" * 64 +
+              "/hostname /etc/hostname rw,relatime - ext4 /dev/root rw\n")
+    podman = ("812 790 0:52 /containers/storage/overlay-containers/" + "b" * 64 +
+              "/userdata/resolv.conf /etc/resolv.conf rw,nosuid - tmpfs tmpfs rw\n")
+    host = "22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/root rw\n"
+    assert own_container(host + docker) == "a" * 64
+    assert own_container(podman) == "b" * 64
+    assert own_container(host) is None

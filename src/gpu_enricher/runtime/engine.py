@@ -8,6 +8,7 @@ the label's form are dcgm-exporter 4.8.3's (`container_runtime.go`).
 """
 
 import json
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -17,6 +18,10 @@ from ..attribution.containers import GpuRequest
 MAX_LABEL_BYTES: Final = 128
 SHORT_ID: Final = 12
 _NO_DEVICES: Final = frozenset({"", "none", "void"})
+# The files a runtime bind-mounts into its container from the container's own directory:
+# Docker's /var/lib/docker/containers/<id>/hostname, Podman's …/overlay-containers/<id>/userdata/.
+_OWN_FILES: Final = re.compile(
+    r"/([0-9a-f]{64})/(?:userdata/)?(?:hostname|hosts|resolv\.conf)\s")
 
 
 class EngineAnswerError(ValueError):
@@ -107,3 +112,12 @@ def _gpu_request(inspect: dict[str, Any]) -> GpuRequest | None:
     config = inspect.get("Config") or {}
     env = config.get("Env") or [] if isinstance(config, dict) else []
     return _visible_devices(env if isinstance(env, list) else [])
+
+
+def own_container(mountinfo: str) -> str | None:
+    """The ID of the container this process runs in, from its /proc/self/mountinfo (the
+    runtime's bind mounts of /etc/hostname and friends); None outside a container. The
+    exporter's own container is given every GPU (`NVIDIA_VISIBLE_DEVICES=all`, to read them),
+    which is no use of them: it is left out (dcgm-exporter copies its own series too)."""
+    found = _OWN_FILES.search(mountinfo)
+    return found[1] if found else None

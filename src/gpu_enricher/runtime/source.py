@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Final
 
 from prometheus_client.core import GaugeMetricFamily
@@ -20,7 +21,7 @@ from prometheus_client.metrics_core import Metric
 
 from ..attribution.containers import GpuRequest, RuntimeContainer, RuntimeContainers
 from ..model import NodeSnapshot, SourceHealth
-from .engine import EngineAnswerError, inspected, label_value, listed
+from .engine import EngineAnswerError, inspected, label_value, listed, own_container
 from .engine_client import EngineClient, EngineStatusError, EngineUnavailable
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,13 @@ TIMEOUT_SECONDS: Final = 2.0
 
 _Inspected = tuple[str, str, GpuRequest | None]
 """A container's name in the listing when inspected, its name as inspected, its GPUs."""
+
+
+def _own_id() -> str | None:
+    try:
+        return own_container(Path("/proc/self/mountinfo").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 class ContainerSource:
@@ -56,6 +64,7 @@ class ContainerSource:
         self.last_duration: float | None = None
         self.last_success_wall: float | None = None
         self._answered_at: float | None = None  # monotonic
+        self.own_id = _own_id()  # the exporter's own container, when it runs in one
 
     async def start(self) -> None:
         """Nothing runs in the background: all work happens in refresh."""
@@ -96,7 +105,8 @@ class ContainerSource:
     async def _ask(self) -> tuple[list[tuple[str, str]], dict[str, _Inspected]]:
         """The running containers, and what each was given: inspected again only when new or
         renamed (`docker rename`)."""
-        running = listed(await self._client.get("/containers/json"))
+        running = [(cid, name) for cid, name in listed(await self._client.get("/containers/json"))
+                   if cid != self.own_id]
         known = {cid: found for cid, name in running
                  if (found := self._inspected.get(cid)) is not None and found[0] == name}
         for cid, name in [(c, n) for c, n in running if c not in known][:MAX_INSPECTS]:
