@@ -93,9 +93,11 @@ class Config:
 
     @property
     def reads_proc(self) -> bool:
-        """Per-process attribution: for process metrics and for splitting a shared GPU's
-        memory and utilisation per pod (virtual GPUs)."""
-        return self.process_metrics or (self.virtual_gpus and self.kubernetes)
+        """Per-process attribution: for process metrics, for splitting a shared GPU's
+        memory and utilisation per pod (virtual GPUs), and for the containers found using a
+        GPU through their processes (`--container-labels`)."""
+        return (self.process_metrics or (self.virtual_gpus and self.kubernetes)
+                or self.container_labels)
 
     @property
     def interval_seconds(self) -> float:

@@ -187,6 +187,8 @@ class HostProcess:
     start_time: int  # clock ticks after boot, `/proc/<pid>/stat` field 22
     name: str  # `/proc/<pid>/comm`
     container: ContainerRef | None  # None: a host process (or CRI-O's conmon)
+    runtime_container: str | None = None
+    """Outside any pod: the 64-hex ID of the Docker, Podman or containerd container it runs in."""
 
 
 @dataclass(frozen=True, slots=True)

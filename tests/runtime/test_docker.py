@@ -1,8 +1,9 @@
 """`--container-labels` against a real Docker Engine (tests/runtime/dockerd.py) and the exporter
 as a process over the fake libnvidia-ml: a container given GPU 0 by UUID (the nvidia runtime's
-variable) and one given GPU 1 by index (`--gpus device=1`) name their GPUs' series, one started
-with a count (`--gpus 1`) names none (dcgm-exporter's rules); a container that stops is unnamed;
-a runtime that stops costs its labels after a while, never /metrics."""
+variable) and one given GPU 1 by index (`--gpus device=1`) name their GPUs' series (dcgm-
+exporter's rules); one started with a count (`--gpus 1`) names the GPU its process uses (found
+through /proc/<pid>/cgroup); a container that stops is unnamed; a runtime that stops costs its
+labels after a while, never /metrics."""
 
 import asyncio
 from collections.abc import Iterator
@@ -44,20 +45,27 @@ def temp(body: str, gpu: int, container: str | None = None) -> bool:
 
 async def test_containers_given_gpus_name_their_series(
         exporters: list[Exporter], fake_nvml_path: Path, dockerd: Dockerd) -> None:
+    # Started with a count (`--gpus 1`): named through its process, which the fake library
+    # lists on GPU 2 (its PID must be known before the library loads).
+    _, counted_pid = await asyncio.to_thread(
+        dockerd.run, "counted", device_requests=[gpu_request(count=1)])
     exp = Process(["-c", "200", "--container-labels", "--container-runtime-socket",
-                   str(dockerd.socket)], nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="4"))
+                   str(dockerd.socket)],
+                  nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="4",
+                           FAKE_NVML_PROCESSES=f"2={counted_pid}:512::50:10"))
     exporters.append(exp)
     await asyncio.to_thread(exp.wait_ready)
     await asyncio.to_thread(dockerd.run, "trainer", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"])
     await asyncio.to_thread(dockerd.run, "indexer", device_requests=[gpu_request("1")])
-    await asyncio.to_thread(dockerd.run, "counted", device_requests=[gpu_request(count=1)])
     body = await until(exp, lambda b: temp(b, 0, "trainer") and temp(b, 1, "indexer") and
                        value(b, "gpu_enricher_runtime_containers", state="running") == 3)
     for gpu in range(4):
         assert temp(body, gpu), "each series is kept without a container too"
-    assert "counted" not in body, "a count alone names no GPU (dcgm-exporter)"
-    assert body.count('container="trainer"') == body.count('container="indexer"') > 1
+    assert temp(body, 2, "counted"), "found through its process on GPU 2"
+    assert body.count('container="trainer"') == body.count('container="indexer"') == \
+        body.count('container="counted"') > 1
     assert not temp(body, 2, "trainer") and not temp(body, 3, "indexer")
+    assert not temp(body, 3, "counted"), "a count alone names no GPU by itself (dcgm-exporter)"
     assert value(body, "gpu_enricher_runtime_containers", state="with_gpus") == 2
 
     await asyncio.to_thread(dockerd.remove, "trainer")

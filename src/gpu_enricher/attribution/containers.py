@@ -11,10 +11,10 @@ nvidia-container-toolkit use today (`MIG-<uuid>`) names its GPU instance too.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
-from ..model import NodeSnapshot
+from ..model import NodeSnapshot, ProcessTable
 from .devices import EntityKey
 
 ContainerNames = Mapping[EntityKey, tuple[str, ...]]
@@ -45,9 +45,11 @@ class RuntimeContainer:
 
 @dataclass(frozen=True, slots=True)
 class RuntimeContainers:
-    """One answer of the runtime: its running containers that were given GPUs, in its order."""
+    """One answer of the runtime: its running containers that were given GPUs, in its order,
+    and the label of every running container by ID (those found through their processes)."""
 
     containers: tuple[RuntimeContainer, ...] = ()
+    names: Mapping[str, str] = field(default_factory=dict)
 
 
 def _legacy_mig(token: str, node: NodeSnapshot) -> EntityKey | None:
@@ -92,24 +94,49 @@ def granted(request: GpuRequest, node: NodeSnapshot) -> list[EntityKey]:
     return keys
 
 
-def container_names(node: NodeSnapshot, found: RuntimeContainers) -> ContainerNames:
+def _using(node: NodeSnapshot, found: RuntimeContainers,
+           processes: ProcessTable | None) -> dict[EntityKey, list[str]]:
+    """The containers whose processes NVML saw on each GPU or GPU instance (/proc's cgroup
+    names the container, the runtime its name), in NVML's order: a container started with a
+    count (`--gpus 1`), or one using a GPU it was never given (issue 34)."""
+    using: dict[EntityKey, list[str]] = {}
+    if processes is None:
+        return using
+    for gpu in node.gpus:
+        for sample in gpu.processes:
+            host = processes.processes.get(sample.pid)
+            name = found.names.get(host.runtime_container or "") if host is not None else None
+            if name is None:
+                continue
+            gi = sample.gpu_instance_id if gpu.instances else None
+            names = using.setdefault((gpu.identity.index, gi), [])
+            if name not in names:
+                names.append(name)
+    return using
+
+
+def container_names(node: NodeSnapshot, found: RuntimeContainers,
+                    processes: ProcessTable | None = None) -> ContainerNames:
     """Each GPU's and GPU instance's containers: an instance's own first, then those given
-    its whole GPU; a name once; the runtime's order within each."""
+    its whole GPU (the runtime's order within each), then those found using it through their
+    processes; a name once."""
     by_key: dict[EntityKey, list[str]] = {}
     for container in found.containers:
         for key in granted(container.gpus, node):
             names = by_key.setdefault(key, [])
             if container.name not in names:
                 names.append(container.name)
+    using = _using(node, found, processes)
     result: dict[EntityKey, tuple[str, ...]] = {}
     for gpu in node.gpus:
         index = gpu.identity.index
         whole = by_key.get((index, None), [])
-        if whole:
-            result[(index, None)] = tuple(whole)
-        for inst in gpu.instances:
-            own: Sequence[str] = by_key.get((index, inst.gpu_instance_id), [])
-            names = [*own, *(n for n in whole if n not in own)]
+        keys: list[EntityKey] = [(index, i.gpu_instance_id) for i in gpu.instances]
+        if gpu.instances and whole:
+            result[(index, None)] = tuple(whole)  # the GPU shown whole (`-d g`)
+        for key in keys or [(index, None)]:
+            own: Sequence[str] = by_key.get(key, []) if key[1] is not None else []
+            names = list(dict.fromkeys([*own, *whole, *using.get(key, [])]))
             if names:
-                result[(index, inst.gpu_instance_id)] = tuple(names)
+                result[key] = tuple(names)
     return result

@@ -27,6 +27,12 @@ _CONTAINER_SEGMENT: Final = re.compile(
     # containerd/CRI-O/Docker scopes (systemd) or the bare ID (cgroupfs). CRI-O's monitor,
     # `crio-conmon-<id>.scope`, does not match: it is not the workload.
     rf"(?:(?:cri-containerd|crio|docker|containerd)-)?(?P<id>{_HEX}{{64}})(?:\.scope)?")
+_RUNTIME_SEGMENT: Final = re.compile(
+    # Outside a pod: Docker's and nerdctl's systemd scopes, Podman's (`libpod-conmon-` is its
+    # monitor), or the bare ID of the cgroupfs driver (`/docker/<id>`, containerd's
+    # `/<namespace>/<id>`).
+    rf"(?:(?:docker|libpod|nerdctl|cri-containerd|containerd)-)?(?P<id>{_HEX}{{64}})"
+    rf"(?:\.scope)?")
 _STAT_START_TIME: Final = 19  # field 22, counted from field 3 (the first after `comm`)
 _MAX_DIGITS: Final = 20  # a u64; also keeps int() clear of its 4300-digit limit
 _MAX_FILE_BYTES: Final = 65536  # a cgroup file with every v1 controller is a few KiB
@@ -66,6 +72,22 @@ def parse_cgroup(text: str) -> ContainerRef | None:
             ref = parse_cgroup_path(parts[2])
             if ref is not None:
                 return ref
+    return None
+
+
+def parse_runtime_container(text: str) -> str | None:
+    """The container outside any pod a whole `/proc/<pid>/cgroup` file names: the innermost
+    container segment of its first line that has one (a process may sit in a sub-cgroup of its
+    container, as Podman's `libpod-<id>.scope/container`; a KinD node container sits above
+    the containers it runs). None for a host process."""
+    for line in text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        for segment in reversed(parts[2].split("/")):
+            found = _RUNTIME_SEGMENT.fullmatch(segment)
+            if found is not None:
+                return found["id"].lower()
     return None
 
 
@@ -214,12 +236,16 @@ class ProcReader:
             except OSError as exc:
                 self._classify(exc, errors)
                 name, complete = "", False
+            runtime = None
             try:
-                container = parse_cgroup(_read_text("cgroup", dir_fd))
+                cgroup = _read_text("cgroup", dir_fd)
+                container = parse_cgroup(cgroup)
+                if container is None:
+                    runtime = parse_runtime_container(cgroup)
             except OSError as exc:
                 self._classify(exc, errors)
                 container, complete = None, False
-            return HostProcess(pid, start_time, name, container), complete
+            return HostProcess(pid, start_time, name, container, runtime), complete
         finally:
             os.close(dir_fd)
 

@@ -235,7 +235,7 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         usage = sums if _proc_usable(inputs) else None
         uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
         context = PodContext(api, policy, usage, uids, options.drop_labels, options.style)
-        containers = (container_names(inputs.node, inputs.containers)
+        containers = (container_names(inputs.node, inputs.containers, inputs.processes)
                       if inputs.containers is not None else NO_CONTAINER_NAMES)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context,

@@ -90,9 +90,12 @@ class ContainerSource:
         self._inspected = known
         self._running = len(running)
         # dcgm-exporter's label: the inspected name, else the listed one, else the short ID.
+        names = {cid: label_value((known[cid][1] if cid in known else "") or name, cid)
+                 for cid, name in running}
         self._snapshot = RuntimeContainers(tuple(
-            RuntimeContainer(cid, label_value(known[cid][1] or name, cid), request)
-            for cid, name in running if cid in known and (request := known[cid][2]) is not None))
+            RuntimeContainer(cid, names[cid], request)
+            for cid, _ in running if cid in known and (request := known[cid][2]) is not None),
+            names)
         self._up = True
         self.collections += 1
         self.last_duration = time.perf_counter() - started

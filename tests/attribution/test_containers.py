@@ -1,0 +1,71 @@
+"""attribution/containers.py: the containers each series is copied for, from what the runtime
+gave them and from the processes NVML sees (a container started with a count, or using a GPU it
+was never given: issue 34); and the cgroup lines that name a container outside any pod."""
+
+import pytest
+
+from gpu_enricher.attribution.containers import (
+    GpuRequest,
+    RuntimeContainer,
+    RuntimeContainers,
+    container_names,
+)
+from gpu_enricher.attribution.procfs import parse_cgroup, parse_runtime_container
+from gpu_enricher.model import (
+    DeviceIdentity,
+    GpuInstance,
+    GpuSnapshot,
+    HostProcess,
+    NodeSnapshot,
+    ProcessSample,
+    ProcessTable,
+)
+
+ID_A, ID_B = "a" * 64, "b0" * 32
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (f"12:pids:/docker/{ID_A}\n0::/docker/{ID_A}\n", ID_A),           # Docker, cgroupfs
+    (f"0::/system.slice/docker-{ID_A}.scope\n", ID_A),                 # Docker, systemd
+    (f"0::/machine.slice/libpod-{ID_A}.scope/container\n", ID_A),      # Podman v2, its sub-cgroup
+    (f"0::/machine.slice/libpod-conmon-{ID_A}.scope\n", None),         # Podman's monitor
+    (f"0::/default/{ID_A.upper()}\n", ID_A),                           # containerd, a namespace
+    (f"0::/system.slice/nerdctl-{ID_A}.scope\n", ID_A),                # nerdctl, systemd
+    (f"0::/docker/{ID_B}/system.slice/docker-{ID_A}.scope\n", ID_A),   # nested: the innermost
+    ("0::/user.slice/user-1000.slice/session-3.scope\n", None),        # a person's process
+    ("0::/\n", None),
+    ("garbage", None),
+])
+def test_a_container_outside_any_pod_is_named_by_its_cgroup(text: str,
+                                                            expected: str | None) -> None:
+    assert parse_runtime_container(text) == expected
+    assert parse_cgroup(text) is None, "no pod: the pod parser keeps out of it"
+
+
+def gpu(index: int, *pids: int, instances: tuple[GpuInstance, ...] = ()) -> GpuSnapshot:
+    return GpuSnapshot(DeviceIdentity(index, f"GPU-{index}", f"0000:{index}:00.0", "H100"),
+                       mig_enabled=bool(instances), instances=instances,
+                       processes=tuple(ProcessSample(p, 1 << 20, 3 if instances else None)
+                                       for p in pids))
+
+
+def table(*entries: tuple[int, str | None]) -> ProcessTable:
+    return ProcessTable({pid: HostProcess(pid, 1, "python", None, runtime)
+                         for pid, runtime in entries})
+
+
+def test_containers_are_found_through_their_processes_after_those_given_the_gpu() -> None:
+    node = NodeSnapshot((gpu(0, 100, 101), gpu(1, 200),
+                         gpu(2, 300, instances=(GpuInstance(3, 0, "1g.10gb", "MIG-x"),))))
+    found = RuntimeContainers(
+        (RuntimeContainer(ID_A, "trainer", GpuRequest(("0",))),),
+        {ID_A: "trainer", ID_B: "counted"})
+    processes = table((100, ID_B), (101, ID_A), (200, None), (300, ID_B))
+    assert container_names(node, found, processes) == {
+        (0, None): ("trainer", "counted"),  # given first, then found; a name once
+        (2, 3): ("counted",),               # its process on the instance
+    }
+    assert container_names(node, found) == {(0, None): ("trainer",)}, "no /proc: given only"
+    gone = RuntimeContainers(found.containers, {ID_A: "trainer"})
+    assert container_names(node, gone, processes) == {(0, None): ("trainer",)}, \
+        "a container the runtime no longer lists names nothing"
