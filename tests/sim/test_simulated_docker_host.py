@@ -23,6 +23,7 @@ def test_the_docker_host_gives_gpus_each_way_docker_run_does() -> None:
     assert vllm.device_requests[0]["DeviceIDs"] == ["0"]
     assert embedder.env == ("NVIDIA_VISIBLE_DEVICES=1",)
     assert notebook.device_requests[0]["Count"] == 1
+    assert [p.docker for p in host.gpus[2].processes] == ["notebook"], "named by its process"
 
 
 async def test_simulate_docker_host_labels_series_with_their_containers(
@@ -33,10 +34,10 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
     status, body = await fetch(exp)
     assert status == 200
     temps = [line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
-    assert len(temps) == 6, "4 GPUs, and GPU 0's and GPU 1's copies"
+    assert len(temps) == 7, "4 GPUs, and GPU 0's, GPU 1's and GPU 2's copies"
     assert sum('gpu="0"' in t and ',container="vllm-llama"}' in t for t in temps) == 1
     assert sum('gpu="1"' in t and ',container="embedder"}' in t for t in temps) == 1
-    assert "notebook" not in body
+    assert sum('gpu="2"' in t and ',container="notebook"}' in t for t in temps) == 1
     assert value(body, "gpu_enricher_source_up", source="containers") == 1
     assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
 
@@ -54,3 +55,12 @@ def test_a_wrong_container_entry_is_named(tmp_path: Path, entry: str, problem: s
         load_scenario(path)
     assert str(caught.value).startswith(f"{path}:"), caught.value
     assert problem in str(caught.value), caught.value
+
+
+def test_a_process_names_a_container_of_the_scenario(tmp_path: Path) -> None:
+    path = tmp_path / "host.yaml"
+    path.write_text("gpus:\n  - processes: [{pid: 7, docker: ghost}]\n"
+                    "containers:\n  - {name: real, count: 1}\n")
+    with pytest.raises(ScenarioError, match=r"gpus\[0\]\.processes\[0\]: docker: no container "
+                                            r"'ghost' in containers:"):
+        load_scenario(path)

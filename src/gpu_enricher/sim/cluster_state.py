@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Mapping
 
 from ..model import ClaimAllocation, PodMeta, SliceDevice
-from .node import Scenario, SimProcess, mig_uuid
+from .node import Scenario, SimProcess, docker_id, mig_uuid
 
 BOOT_TICKS = 4_200_000  # a start time far after boot, the same every run
 
@@ -81,6 +81,8 @@ def slice_devices(scenario: Scenario, pool: str) -> tuple[SliceDevice, ...]:
 
 def _cgroup_line(process: SimProcess, pods: Mapping[tuple[str, str], PodMeta]) -> str:
     """containerd with the systemd driver on cgroup v2, as on EKS (cgroup-paths.md)."""
+    if process.docker is not None:  # a Docker host, the systemd driver
+        return f"0::/system.slice/docker-{docker_id(process.docker)}.scope\n"
     meta = pods.get(process.pod) if process.pod is not None else None
     if meta is None:
         return "0::/system.slice/gpu-burn.service\n"

@@ -29,6 +29,7 @@ class SimProcess:
     container: str | None = None
     sm_utilization: Range = (0.0, 0.0)  # ratio 0..1
     kind: str = "compute"  # NVML's list: compute, graphics, or mps (an MPS client)
+    docker: str | None = None  # a Docker host's container it runs in (`containers:`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,3 +158,8 @@ def pod_uid(namespace: str, pod: str) -> str:
     """A simulated pod's UID, stable across runs."""
     d = hashlib.sha256(f"pod:{namespace}/{pod}".encode()).hexdigest()
     return f"{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:32]}"
+
+
+def docker_id(name: str) -> str:
+    """The simulated Docker container ID of a `containers:` entry (stable, from its name)."""
+    return hashlib.sha256(f"gpu-enricher-sim-container:{name}".encode()).hexdigest()

@@ -56,7 +56,7 @@ _GPU_KEYS: Final = frozenset({
 })
 _INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
 _PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod", "container",
-                                  "sm_utilization", "type"})
+                                  "sm_utilization", "type", "docker"})
 _PROCESS_TYPES: Final = ("compute", "graphics", "mps")
 """NVML's lists; the MPS server is a compute process named `nvidia-cuda-mps-server`."""
 _TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods",
@@ -206,6 +206,7 @@ def _process(raw: Any, at: At) -> SimProcess:
         container=opt_text(spec, at, "container", None, as_text),
         sm_utilization=opt(spec, at, "sm_utilization", (0.0, 0.0), as_ratio),
         kind=kind,
+        docker=opt_text(spec, at, "docker", None, as_text),
     )
 
 
@@ -275,7 +276,7 @@ def parse_scenario(raw: Any, path: str) -> Scenario:
         # The kubelet lists device-plugin devices; claimed ones come as dynamic_resources.
         pods=tuple(p for p, spec in pods if p.device_ids and spec.claim is None),
         pod_specs=specs,
-        containers=container_entries(top, at),
+        containers=container_entries(top, at, parsed),
     )
     churn = parse_churn(top.get("churn"), at.field(top, "churn"), scenario)
     return dataclasses.replace(scenario, churn_pods_per_second=churn) if churn else scenario

@@ -6,13 +6,15 @@ Pure.
       - {name: trainer, visible_devices: "GPU-…"}   # the nvidia runtime's variable
       - {name: indexer, gpus: ["1"]}                # --gpus device=1 (IDs or UUIDs)
       - {name: everything, gpus: all}               # --gpus all
-      - {name: counted, count: 1}                   # --gpus 1: names no GPU (dcgm-exporter)
+      - {name: counted, count: 1}                   # --gpus 1: named by its processes
+    gpus:
+      - processes: [{pid: 4100, docker: counted}]   # a process of that container, on GPU 0
 """
 
-import hashlib
+from collections.abc import Sequence
 from typing import Any, Final
 
-from .node import SimContainer
+from .node import SimContainer, SimGpu, docker_id
 from .scenario_values import At, as_int, as_list, as_mapping, as_text, check_keys, opt_text
 
 _KEYS: Final = frozenset({"name", "visible_devices", "gpus", "count"})
@@ -43,11 +45,12 @@ def container_entry(raw: Any, at: At) -> SimContainer:
                                   for n, i in enumerate(ids)], 0))
     if "count" in spec:
         requests.append(_request([], as_int(spec["count"], at.field(spec, "count"))))
-    digest = hashlib.sha256(f"gpu-enricher-sim-container:{name}".encode()).hexdigest()
-    return SimContainer(digest, name, env, tuple(requests))
+    return SimContainer(docker_id(name), name, env, tuple(requests))
 
 
-def container_entries(top: Any, at: At) -> tuple[SimContainer, ...]:
+def container_entries(top: Any, at: At, gpus: Sequence[tuple[SimGpu, tuple[At, ...]]],
+                      ) -> tuple[SimContainer, ...]:
+    """The entries, each name once; a GPU process's `docker:` names one of them."""
     containers_at = at.field(top, "containers")
     raw = as_list(top.get("containers"), containers_at)
     found = tuple(container_entry(c, containers_at.item(raw, i)) for i, c in enumerate(raw))
@@ -55,4 +58,9 @@ def container_entries(top: Any, at: At) -> tuple[SimContainer, ...]:
     for i, name in enumerate(names):
         if name in names[:i]:
             raise containers_at.item(raw, i).error(f"a second container named {name!r}")
+    for gpu, process_ats in gpus:
+        for process, process_at in zip(gpu.processes, process_ats, strict=True):
+            if process.docker is not None and process.docker not in names:
+                raise process_at.error(f"docker: no container {process.docker!r} in "
+                                       "containers:")
     return found
