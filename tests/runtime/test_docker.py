@@ -74,6 +74,8 @@ async def test_containers_given_gpus_name_their_series(
 
     await asyncio.to_thread(dockerd.stop)
     body = await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 0)
+    assert value(body, "gpu_enricher_collection_errors_total", source="containers",
+                 reason="unavailable")
     body = await until(exp, lambda b: 'container="indexer"' not in b)
     status, body = await fetch(exp)
     assert status == 200 and temp(body, 0) and temp(body, 1)

@@ -6,7 +6,7 @@ deadline, 10 MiB an answer, `MAX_INSPECTS` new containers a pass (the rest the p
 A runtime that is absent, refuses, answers garbage or is slow costs its labels, never /metrics:
 the last answer is kept for a while (as the kubelet's; dcgm-exporter keeps its last map for
 ever), the failure is logged once when it starts and once when it ends, and counted under
-`gpu_enricher_source_errors_total`.
+`gpu_enricher_collection_errors_total`.
 """
 
 import asyncio
