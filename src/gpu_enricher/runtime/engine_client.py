@@ -25,6 +25,19 @@ class EngineStatusError(Exception):
         self.path, self.status = path, status
 
 
+async def _read(response: aiohttp.ClientResponse, path: str) -> bytes:
+    """The whole body, refused past MAX_ANSWER_BYTES (a read of n bytes may return fewer: only
+    what has arrived)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise EngineAnswerError(f"GET {path}: the answer is over {MAX_ANSWER_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class EngineClient:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
@@ -42,9 +55,9 @@ class EngineClient:
         EngineAnswerError."""
         try:
             async with self._client().get(f"http://docker{path}") as response:
-                body = await response.content.read(MAX_ANSWER_BYTES + 1)
                 if response.status // 100 != 2:
                     raise EngineStatusError(path, response.status)
+                body = await _read(response, path)
         except PermissionError as exc:
             raise EngineUnavailable("permission", f"{self.socket_path}: {exc.strerror}") from None
         except aiohttp.ClientConnectorError as exc:
@@ -53,8 +66,6 @@ class EngineClient:
                                     ) from None
         except aiohttp.ClientError as exc:
             raise EngineUnavailable("unavailable", f"{self.socket_path}: {exc}") from None
-        if len(body) > MAX_ANSWER_BYTES:
-            raise EngineAnswerError(f"GET {path}: the answer is over {MAX_ANSWER_BYTES} bytes")
         return decode(body, path)
 
     async def close(self) -> None:

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 MAX_INSPECTS: Final = 256
 """New containers inspected in one pass; a host starting more at once is named over passes."""
 NOT_FOUND: Final = 404
+INSPECTS_AT_ONCE: Final = 8
 TIMEOUT_SECONDS: Final = 2.0
 """A whole refresh, the list and its inspects (dcgm-exporter's bound)."""
 
@@ -87,7 +88,6 @@ class ContainerSource:
         except EngineAnswerError as exc:
             self._failed("answer", str(exc))
             return
-        self._inspected = known
         self._running = len(running)
         # dcgm-exporter's label: the inspected name, else the listed one, else the short ID.
         names = {cid: label_value((known[cid][1] if cid in known else "") or name, cid)
@@ -110,11 +110,21 @@ class ContainerSource:
         renamed (`docker rename`)."""
         running = [(cid, name) for cid, name in listed(await self._client.get("/containers/json"))
                    if cid != self.own_id]
-        known = {cid: found for cid, name in running
-                 if (found := self._inspected.get(cid)) is not None and found[0] == name}
-        for cid, name in [(c, n) for c, n in running if c not in known][:MAX_INSPECTS]:
-            known[cid] = (name, *await self._inspect(cid))
-        return running, known
+        live = {cid for cid, _ in running}
+        self._inspected = {cid: found for cid, found in self._inspected.items() if cid in live}
+        todo = [(cid, name) for cid, name in running
+                if (found := self._inspected.get(cid)) is None or found[0] != name]
+        gate = asyncio.Semaphore(INSPECTS_AT_ONCE)
+
+        async def inspect(cid: str, name: str) -> None:
+            async with gate:  # kept as each answers: a refresh its deadline cut short is not lost
+                self._inspected[cid] = (name, *await self._inspect(cid))
+
+        for result in await asyncio.gather(*(inspect(c, n) for c, n in todo[:MAX_INSPECTS]),
+                                           return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
+        return running, dict(self._inspected)
 
     async def _inspect(self, container_id: str) -> tuple[str, GpuRequest | None]:
         try:
