@@ -50,7 +50,7 @@ async def test_containers_given_gpus_name_their_series(
     _, counted_pid = await asyncio.to_thread(
         dockerd.run, "counted", device_requests=[gpu_request(count=1)])
     exp = Process(["-c", "200", "--container-labels", "--container-runtime-socket",
-                   str(dockerd.socket)],
+                   str(dockerd.socket), "--process-metrics"],
                   nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="4",
                            FAKE_NVML_PROCESSES=f"2={counted_pid}:512::50:10"))
     exporters.append(exp)
@@ -62,10 +62,13 @@ async def test_containers_given_gpus_name_their_series(
     for gpu in range(4):
         assert temp(body, gpu), "each series is kept without a container too"
     assert temp(body, 2, "counted"), "found through its process on GPU 2"
-    assert body.count('container="trainer"') == body.count('container="indexer"') == \
-        body.count('container="counted"') > 1
+    dcgm = "\n".join(line for line in body.splitlines() if line.startswith("DCGM_"))
+    assert dcgm.count('container="trainer"') == dcgm.count('container="indexer"') == \
+        dcgm.count('container="counted"') > 1, "every DCGM series of the GPU is copied"
     assert not temp(body, 2, "trainer") and not temp(body, 3, "indexer")
     assert not temp(body, 3, "counted"), "a count alone names no GPU by itself (dcgm-exporter)"
+    assert value(body, "gpu_enricher_process_memory_used_bytes", pid=str(counted_pid),
+                 container="counted") == 512 * 2**20, "its process is named with it"
     assert value(body, "gpu_enricher_runtime_containers", state="with_gpus") == 2
 
     await asyncio.to_thread(dockerd.remove, "trainer")

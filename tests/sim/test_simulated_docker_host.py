@@ -38,6 +38,8 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
     assert sum('gpu="0"' in t and ',container="vllm-llama"}' in t for t in temps) == 1
     assert sum('gpu="1"' in t and ',container="embedder"}' in t for t in temps) == 1
     assert sum('gpu="2"' in t and ',container="notebook"}' in t for t in temps) == 1
+    assert value(body, "gpu_enricher_process_memory_used_bytes", pid="4100",
+                 container="notebook") == 30000 * 2**20, "its process is named too"
     assert value(body, "gpu_enricher_source_up", source="containers") == 1
     assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
 

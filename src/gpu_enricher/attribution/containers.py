@@ -140,3 +140,12 @@ def container_names(node: NodeSnapshot, found: RuntimeContainers,
             if names:
                 result[key] = tuple(names)
     return result
+
+
+def process_containers(found: RuntimeContainers | None,
+                       processes: ProcessTable | None) -> dict[int, str]:
+    """PID → the name of the container outside any pod it runs in, for the process families."""
+    if found is None or processes is None:
+        return {}
+    return {pid: name for pid, host in processes.processes.items()
+            if (name := found.names.get(host.runtime_container or "")) is not None}

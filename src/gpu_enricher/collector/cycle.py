@@ -11,6 +11,7 @@ from ..attribution.containers import (
     ContainerNames,
     RuntimeContainers,
     container_names,
+    process_containers,
 )
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute, without_pod
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
@@ -243,7 +244,8 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context,
                             containers)
         if options.process_metrics:
-            families += process_families(processes, policy, sums, options.drop_labels)
+            families += process_families(processes, policy, sums, options.drop_labels,
+                                         process_containers(inputs.containers, inputs.processes))
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics,
                              inputs.jobs or NO_JOBS)

@@ -6,7 +6,7 @@ process that has left is gone at the next pass, so the worst case is bounded by 
 reports at once (a 8-GPU node with 100 processes: ~200 process series, ≤ 2 per pod-device).
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..attribution.devices import EntityKey
 from ..attribution.podlabels import PodLabelPolicy
@@ -27,7 +27,8 @@ def device_pairs(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[tuple[s
     return pairs
 
 
-def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[str]) -> str:
+def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[str],
+                    outside: Mapping[int, str]) -> str:
     # The type lets a sum over a pod's processes leave the MPS server out (issue 25).
     pairs = [*device_pairs(proc.gpu, proc.instance), (names.LABEL_PID, str(proc.sample.pid)),
              (names.LABEL_PROCESS_NAME, proc.name), (names.LABEL_PROCESS_TYPE, proc.sample.kind)]
@@ -38,19 +39,23 @@ def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[st
         if policy.uid and work.pod_uid:
             attrs.append((names.LABEL_POD_UID, work.pod_uid))
         pairs += sorted(a for a in attrs if a[1])
+    elif (container := outside.get(proc.sample.pid)) is not None:
+        pairs.append((names.LABEL_CONTAINER, container))  # Docker's, Podman's: no pod
     return label_pairs(kept(pairs, drop))
 
 
 def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy,
-                     sums: PodUsage | None = None,
-                     drop: frozenset[str] = frozenset()) -> list[Family]:
+                     sums: PodUsage | None = None, drop: frozenset[str] = frozenset(),
+                     outside: Mapping[int, str] | None = None) -> list[Family]:
     """`sums`: `per_pod(processes)` when the caller has it already; `drop`: label names left
-    off (`--drop-labels`)."""
+    off (`--drop-labels`); `outside`: PID → the container outside any pod it runs in
+    (`--container-labels`, attribution/containers.py)."""
+    outside = outside or {}
     memory: list[Sample] = []
     sm: list[Sample] = []
     unallocated: list[Sample] = []
     for proc in processes:
-        labels = _process_labels(proc, policy, drop)
+        labels = _process_labels(proc, policy, drop, outside)
         if proc.sample.used_memory_bytes is not None:
             memory.append(Sample(labels, str(proc.sample.used_memory_bytes)))
         if proc.sample.sm_utilization is not None:
