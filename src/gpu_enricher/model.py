@@ -189,6 +189,8 @@ class HostProcess:
     container: ContainerRef | None  # None: a host process (or CRI-O's conmon)
     runtime_container: str | None = None
     """Outside any pod: the 64-hex ID of the Docker, Podman or containerd container it runs in."""
+    user: str | None = None
+    """Its real UID's name in the host's passwd, else the UID; None: unread."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,13 @@ as a process over the fake libnvidia-ml: a container given GPU 0 by UUID (the nv
 variable) and one given GPU 1 by index (`--gpus device=1`) name their GPUs' series (dcgm-
 exporter's rules); one started with a count (`--gpus 1`) names the GPU its process uses (found
 through /proc/<pid>/cgroup); a container that stops is unnamed; a runtime that stops costs its
-labels after a while, never /metrics."""
+labels after a while, never /metrics; a person's process in no container is named by its user
+(the host's passwd)."""
 
 import asyncio
+import os
+import pwd
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +22,8 @@ from tests.runtime.dockerd import Dockerd, gpu_request
 from tests.samples import value
 
 UUID0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
+NOBODY = 65534
+NOBODY_NAME = pwd.getpwuid(NOBODY).pw_name  # the host's passwd, as the exporter reads it
 SOURCE_UP = "gpu_enricher_source_up"
 
 
@@ -32,6 +38,15 @@ def dockerd(tmp_path: Path) -> Iterator[Dockerd]:
         engine.stop()
 
 
+@pytest.fixture
+def person() -> Iterator[subprocess.Popen[bytes]]:
+    """A person's process in no container (the fake library lists it on GPU 3)."""
+    process = subprocess.Popen(["sleep", "300"], preexec_fn=lambda: os.setuid(NOBODY))
+    yield process
+    process.kill()
+    process.wait()
+
+
 def temp(body: str, gpu: int, container: str | None = None) -> bool:
     """Whether GPU `gpu`'s temperature series is there, with `container` or without one."""
     want = f',container="{container}"}}' if container else None
@@ -44,7 +59,8 @@ def temp(body: str, gpu: int, container: str | None = None) -> bool:
 
 
 async def test_containers_given_gpus_name_their_series(
-        exporters: list[Exporter], fake_nvml_path: Path, dockerd: Dockerd) -> None:
+        exporters: list[Exporter], fake_nvml_path: Path, dockerd: Dockerd,
+        person: subprocess.Popen[bytes]) -> None:
     # Started with a count (`--gpus 1`): named through its process, which the fake library
     # lists on GPU 2 (its PID must be known before the library loads).
     _, counted_pid = await asyncio.to_thread(
@@ -52,8 +68,13 @@ async def test_containers_given_gpus_name_their_series(
     exp = Process(["-c", "200", "--container-labels", "--container-runtime-socket",
                    str(dockerd.socket), "--process-metrics"],
                   nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="4",
-                           FAKE_NVML_PROCESSES=f"2={counted_pid}:512::50:10"))
+                           FAKE_NVML_PROCESSES=f"2={counted_pid}:512::50:10;"
+                                               f"3={person.pid}:256::20:5"))
     exporters.append(exp)
+    await _named(exp, dockerd, counted_pid, person.pid)
+
+
+async def _named(exp: Exporter, dockerd: Dockerd, counted_pid: int, person_pid: int) -> None:
     await asyncio.to_thread(exp.wait_ready)
     await asyncio.to_thread(dockerd.run, "trainer", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"])
     await asyncio.to_thread(dockerd.run, "indexer", device_requests=[gpu_request("1")])
@@ -69,6 +90,8 @@ async def test_containers_given_gpus_name_their_series(
     assert not temp(body, 3, "counted"), "a count alone names no GPU by itself (dcgm-exporter)"
     assert value(body, "gpu_enricher_process_memory_used_bytes", pid=str(counted_pid),
                  container="counted") == 512 * 2**20, "its process is named with it"
+    assert value(body, "gpu_enricher_process_memory_used_bytes", pid=str(person_pid),
+                 user=NOBODY_NAME) == 256 * 2**20, "a person's process: its user, by name"
     assert value(body, "gpu_enricher_runtime_containers", state="with_gpus") == 2
 
     await asyncio.to_thread(dockerd.remove, "trainer")

@@ -40,6 +40,8 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
     assert sum('gpu="2"' in t and ',container="notebook"}' in t for t in temps) == 1
     assert value(body, "gpu_enricher_process_memory_used_bytes", pid="4100",
                  container="notebook") == 30000 * 2**20, "its process is named too"
+    assert value(body, "gpu_enricher_process_memory_used_bytes", pid="5200",
+                 user="alice") == 12000 * 2**20, "a person's process: its user"
     assert value(body, "gpu_enricher_source_up", source="containers") == 1
     assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
 
@@ -65,4 +67,11 @@ def test_a_process_names_a_container_of_the_scenario(tmp_path: Path) -> None:
                     "containers:\n  - {name: real, count: 1}\n")
     with pytest.raises(ScenarioError, match=r"gpus\[0\]\.processes\[0\]: docker: no container "
                                             r"'ghost' in containers:"):
+        load_scenario(path)
+
+
+def test_a_process_user_is_a_user_name(tmp_path: Path) -> None:
+    path = tmp_path / "host.yaml"
+    path.write_text("gpus:\n  - processes: [{pid: 7, user: 'Bad Name'}]\n")
+    with pytest.raises(ScenarioError, match=r"gpus\[0\]\.processes\[0\]\.user: expected a user"):
         load_scenario(path)

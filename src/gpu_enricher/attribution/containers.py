@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..fields.names import LABEL_CONTAINER, LABEL_USER
 from ..model import NodeSnapshot, ProcessTable
 from .devices import EntityKey
 
@@ -142,10 +143,21 @@ def container_names(node: NodeSnapshot, found: RuntimeContainers,
     return result
 
 
-def process_containers(found: RuntimeContainers | None,
-                       processes: ProcessTable | None) -> dict[int, str]:
-    """PID → the name of the container outside any pod it runs in, for the process families."""
-    if found is None or processes is None:
+def outside_pods(found: RuntimeContainers | None,
+                 processes: ProcessTable | None) -> dict[int, tuple[str, str]]:
+    """PID → the label that names a process in no pod, for the process families: the name of
+    its container (`container`, with `--container-labels`), else its user (`user`; a host
+    process on a machine people share)."""
+    if processes is None:
         return {}
-    return {pid: name for pid, host in processes.processes.items()
-            if (name := found.names.get(host.runtime_container or "")) is not None}
+    names = found.names if found is not None else {}
+    result: dict[int, tuple[str, str]] = {}
+    for pid, host in processes.processes.items():
+        if host.container is not None:
+            continue  # a pod's: the pod's labels name it
+        container = names.get(host.runtime_container or "")
+        if container is not None:
+            result[pid] = (LABEL_CONTAINER, container)
+        elif host.runtime_container is None and host.user is not None:
+            result[pid] = (LABEL_USER, host.user)
+    return result

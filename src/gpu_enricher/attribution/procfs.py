@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from ..model import ContainerRef, HostProcess, ProcessTable
+from .users import UserNames, parse_uid
 
 _HEX: Final = "[0-9a-fA-F]"
 _UID: Final = (f"(?:{_HEX}{{8}}[-_]{_HEX}{{4}}[-_]{_HEX}{{4}}[-_]{_HEX}{{4}}[-_]{_HEX}{{12}}"
@@ -164,6 +165,7 @@ class ProcReader:
         self.root = root
         self.last = ReadStats()
         self._cache: dict[int, HostProcess] = {}
+        self.users = UserNames(root)
         # A cancelled refresh leaves its thread running: never let two passes share the cache.
         self._lock = threading.Lock()
 
@@ -188,6 +190,7 @@ class ProcReader:
         try:
             if not self.root.is_dir() or not os.access(self.root, os.R_OK | os.X_OK):
                 raise ProcRootError(f"{self.root} is not a readable directory")
+            self.users.refresh()
             found: dict[int, HostProcess] = {}
             cache: dict[int, HostProcess] = {}
             errors: Counter[str] = Counter()
@@ -245,7 +248,12 @@ class ProcReader:
             except OSError as exc:
                 self._classify(exc, errors)
                 container, complete = None, False
-            return HostProcess(pid, start_time, name, container, runtime), complete
+            try:  # who runs it: only a label, so a status that cannot be read is no error
+                uid = parse_uid(_read_text("status", dir_fd))
+            except OSError:
+                uid = None
+            user = self.users.name(uid) if uid is not None else None
+            return HostProcess(pid, start_time, name, container, runtime, user), complete
         finally:
             os.close(dir_fd)
 

@@ -11,7 +11,7 @@ from ..attribution.containers import (
     ContainerNames,
     RuntimeContainers,
     container_names,
-    process_containers,
+    outside_pods,
 )
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute, without_pod
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
@@ -245,7 +245,7 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
                             containers)
         if options.process_metrics:
             families += process_families(processes, policy, sums, options.drop_labels,
-                                         process_containers(inputs.containers, inputs.processes))
+                                         outside_pods(inputs.containers, inputs.processes))
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics,
                              inputs.jobs or NO_JOBS)

@@ -28,7 +28,7 @@ def device_pairs(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[tuple[s
 
 
 def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[str],
-                    outside: Mapping[int, str]) -> str:
+                    outside: Mapping[int, tuple[str, str]]) -> str:
     # The type lets a sum over a pod's processes leave the MPS server out (issue 25).
     pairs = [*device_pairs(proc.gpu, proc.instance), (names.LABEL_PID, str(proc.sample.pid)),
              (names.LABEL_PROCESS_NAME, proc.name), (names.LABEL_PROCESS_TYPE, proc.sample.kind)]
@@ -39,17 +39,17 @@ def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[st
         if policy.uid and work.pod_uid:
             attrs.append((names.LABEL_POD_UID, work.pod_uid))
         pairs += sorted(a for a in attrs if a[1])
-    elif (container := outside.get(proc.sample.pid)) is not None:
-        pairs.append((names.LABEL_CONTAINER, container))  # Docker's, Podman's: no pod
+    elif (who := outside.get(proc.sample.pid)) is not None:
+        pairs.append(who)  # no pod: the Docker or Podman container, else the Unix user
     return label_pairs(kept(pairs, drop))
 
 
 def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy,
                      sums: PodUsage | None = None, drop: frozenset[str] = frozenset(),
-                     outside: Mapping[int, str] | None = None) -> list[Family]:
+                     outside: Mapping[int, tuple[str, str]] | None = None) -> list[Family]:
     """`sums`: `per_pod(processes)` when the caller has it already; `drop`: label names left
-    off (`--drop-labels`); `outside`: PID → the container outside any pod it runs in
-    (`--container-labels`, attribution/containers.py)."""
+    off (`--drop-labels`); `outside`: PID → the label that names a process no pod holds:
+    its container outside any pod, or the person who runs it (attribution/containers.py)."""
     outside = outside or {}
     memory: list[Sample] = []
     sm: list[Sample] = []

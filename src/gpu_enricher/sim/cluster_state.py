@@ -94,8 +94,11 @@ def _cgroup_line(process: SimProcess, pods: Mapping[tuple[str, str], PodMeta]) -
 
 
 def proc_files(scenario: Scenario) -> dict[str, str]:
-    """`<pid>/stat`, `<pid>/comm`, `<pid>/cgroup` for every simulated GPU process."""
+    """`<pid>/stat`, `<pid>/comm`, `<pid>/cgroup`, `<pid>/status` for every simulated GPU
+    process, and the passwd that names their users (root 0, people from 1000)."""
     pods = {(p.namespace, p.name): p for p in pod_metas(scenario)}
+    people = sorted({p.user for gpu in scenario.gpus for p in gpu.processes} - {"root"})
+    users = {"root": 0, **{name: 1000 + n for n, name in enumerate(people)}}
     files: dict[str, str] = {}
     for gpu in scenario.gpus:
         for proc in gpu.processes:
@@ -105,6 +108,11 @@ def proc_files(scenario: Scenario) -> dict[str, str]:
             files[f"{proc.pid}/stat"] = f"{proc.pid} ({proc.name}) {' '.join(fields)} 0 0\n"
             files[f"{proc.pid}/comm"] = proc.name + "\n"
             files[f"{proc.pid}/cgroup"] = _cgroup_line(proc, pods)
+            uid = users[proc.user]
+            files[f"{proc.pid}/status"] = f"Name:\t{proc.name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+    # The host's passwd as the exporter reads it through the host's root (attribution/users.py).
+    files["1/root/etc/passwd"] = "".join(f"{name}:x:{uid}:{uid}::/home/{name}:/bin/sh\n"
+                                         for name, uid in users.items())
     return files
 
 

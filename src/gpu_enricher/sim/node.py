@@ -30,6 +30,7 @@ class SimProcess:
     sm_utilization: Range = (0.0, 0.0)  # ratio 0..1
     kind: str = "compute"  # NVML's list: compute, graphics, or mps (an MPS client)
     docker: str | None = None  # a Docker host's container it runs in (`containers:`)
+    user: str = "root"  # who runs it: its status's UID, named by the simulated host's passwd
 
 
 @dataclass(frozen=True, slots=True)

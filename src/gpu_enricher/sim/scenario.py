@@ -40,6 +40,7 @@ from .scenario_values import (
     as_range,
     as_ratio,
     as_text,
+    as_user,
     check_keys,
     line_of,
     opt,
@@ -56,7 +57,7 @@ _GPU_KEYS: Final = frozenset({
 })
 _INSTANCE_KEYS: Final = frozenset({"gi", "profile", "memory_mib", "memory_used_mib", "activity"})
 _PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod", "container",
-                                  "sm_utilization", "type", "docker"})
+                                  "sm_utilization", "type", "docker", "user"})
 _PROCESS_TYPES: Final = ("compute", "graphics", "mps")
 """NVML's lists; the MPS server is a compute process named `nvidia-cuda-mps-server`."""
 _TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods",
@@ -207,6 +208,7 @@ def _process(raw: Any, at: At) -> SimProcess:
         sm_utilization=opt(spec, at, "sm_utilization", (0.0, 0.0), as_ratio),
         kind=kind,
         docker=opt_text(spec, at, "docker", None, as_text),
+        user=opt_text(spec, at, "user", "root", as_user),
     )
 
 

@@ -5,6 +5,7 @@ string). Pure; sim/scenario.py builds the format from them.
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -158,6 +159,17 @@ def as_pod_ref(raw: Any, at: At) -> tuple[str, str]:
     if not slash or not namespace or not name:
         raise at.error(f"expected NAMESPACE/POD, got {show(raw)}")
     return (namespace, name)
+
+
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+
+
+def as_user(raw: Any, at: At) -> str:
+    """A Unix user name as useradd takes it (it becomes a passwd line and a label value)."""
+    name = as_text(raw, at)
+    if not _USER.fullmatch(name):
+        raise at.error(f"expected a user name (a-z, 0-9, _ and -), got {show(raw)}")
+    return name
 
 
 def as_list(raw: Any, at: At) -> Sequence[Any]:
