@@ -1,6 +1,7 @@
-"""attribution/containers.py: the containers each series is copied for, from what the runtime
-gave them and from the processes NVML sees (a container started with a count, or using a GPU it
-was never given: issue 34); and the cgroup lines that name a container outside any pod."""
+"""attribution/containers.py: the containers (and people) each series is copied for, from what
+the runtime gave them and from the processes NVML sees (a container started with a count, or
+using a GPU it was never given; a person's process: issue 34); and the cgroup lines that name a
+container outside any pod."""
 
 import pytest
 
@@ -8,7 +9,7 @@ from gpu_enricher.attribution.containers import (
     GpuRequest,
     RuntimeContainer,
     RuntimeContainers,
-    container_names,
+    occupants,
 )
 from gpu_enricher.attribution.procfs import parse_cgroup, parse_runtime_container
 from gpu_enricher.model import (
@@ -50,7 +51,9 @@ def gpu(index: int, *pids: int, instances: tuple[GpuInstance, ...] = ()) -> GpuS
 
 
 def table(*entries: tuple[int, str | None]) -> ProcessTable:
-    return ProcessTable({pid: HostProcess(pid, 1, "python", None, runtime)
+    """Processes in those containers; one in none is run by bob."""
+    return ProcessTable({pid: HostProcess(pid, 1, "python", None, runtime,
+                                          None if runtime else "bob")
                          for pid, runtime in entries})
 
 
@@ -61,11 +64,14 @@ def test_containers_are_found_through_their_processes_after_those_given_the_gpu(
         (RuntimeContainer(ID_A, "trainer", GpuRequest(("0",))),),
         {ID_A: "trainer", ID_B: "counted"})
     processes = table((100, ID_B), (101, ID_A), (200, None), (300, ID_B))
-    assert container_names(node, found, processes) == {
-        (0, None): ("trainer", "counted"),  # given first, then found; a name once
-        (2, 3): ("counted",),               # its process on the instance
+    trainer, counted = ("container", "trainer"), ("container", "counted")
+    assert occupants(node, found, processes) == {
+        (0, None): (trainer, counted),  # given first, then found; each once
+        (1, None): (("user", "bob"),),  # a person's process in no container
+        (2, 3): (counted,),             # its process on the instance
     }
-    assert container_names(node, found) == {(0, None): ("trainer",)}, "no /proc: given only"
+    assert occupants(node, found) == {(0, None): (trainer,)}, "no /proc: given only"
     gone = RuntimeContainers(found.containers, {ID_A: "trainer"})
-    assert container_names(node, gone, processes) == {(0, None): ("trainer",)}, \
+    assert occupants(node, gone, processes) == {(0, None): (trainer,),
+                                                (1, None): (("user", "bob"),)}, \
         "a container the runtime no longer lists names nothing"

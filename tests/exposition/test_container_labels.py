@@ -3,7 +3,6 @@
 after it; an instance's containers; `hpc_job` copies copied again; a series whose pod names its
 container left alone), and what `--drop-labels container` makes of it."""
 
-from gpu_enricher.attribution.containers import ContainerNames
 from gpu_enricher.attribution.devices import EMPTY_ATTRIBUTION
 from gpu_enricher.exposition.join import NO_PODS, PodContext, dcgm_families
 from gpu_enricher.exposition.render import Exposition
@@ -17,12 +16,17 @@ CSV = ("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
 HEAD = "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
 
 
-def text(containers: ContainerNames, *, jobs: JobMapping = NO_JOBS, held: bool = False,
-         pods: PodContext = NO_PODS) -> str:
+def text(containers: dict[tuple[int, int | None], tuple[str, ...]], *,
+         jobs: JobMapping = NO_JOBS, held: bool = False, pods: PodContext = NO_PODS,
+         users: tuple[str, ...] = ()) -> str:
+    """The family with the containers of each device (and `users` on GPU 0, after them)."""
+    occupied = {key: tuple(("container", n) for n in names) for key, names in containers.items()}
+    if users:
+        occupied[(0, None)] = (*occupied.get((0, None), ()), *(("user", u) for u in users))
     plan, _ = plan_counters(parse_counters(CSV, "t.csv"), frozenset(IMPLEMENTED), "test")
     families = dcgm_families(snapshot(), plan, "node-a",
                              attribution_fixture() if held else EMPTY_ATTRIBUTION,
-                             pods=pods, jobs=jobs, containers=containers)
+                             pods=pods, jobs=jobs, occupants=occupied)
     return Exposition.from_families(families).text.decode()
 
 
@@ -61,3 +65,11 @@ def test_without_containers_nothing_changes_and_dropping_the_label_drops_the_cop
     assert text({(5, None): ("elsewhere",)}) == plain
     assert text({(0, None): ("trainer",)},
                 pods=PodContext(drop=frozenset({"container"}))) == plain
+
+
+def test_people_using_a_gpu_get_copies_after_its_containers() -> None:
+    got = text({(0, None): ("trainer",)}, users=("alice",))
+    assert got.splitlines()[2:5] == [
+        f"DCGM_FI_DEV_GPU_TEMP{{{ID0}}} 30",
+        f'DCGM_FI_DEV_GPU_TEMP{{{ID0},container="trainer"}} 30',
+        f'DCGM_FI_DEV_GPU_TEMP{{{ID0},user="alice"}} 30']

@@ -92,6 +92,9 @@ async def _named(exp: Exporter, dockerd: Dockerd, counted_pid: int, person_pid: 
                  container="counted") == 512 * 2**20, "its process is named with it"
     assert value(body, "gpu_enricher_process_memory_used_bytes", pid=str(person_pid),
                  user=NOBODY_NAME) == 256 * 2**20, "a person's process: its user, by name"
+    assert sum(line.startswith('DCGM_FI_DEV_GPU_TEMP{gpu="3",') and
+               f',user="{NOBODY_NAME}"}}' in line for line in body.splitlines()) == 1, \
+        "GPU 3's series are copied for the person using it"
     assert value(body, "gpu_enricher_runtime_containers", state="with_gpus") == 2
 
     await asyncio.to_thread(dockerd.remove, "trainer")

@@ -12,7 +12,7 @@ from gpu_enricher.attribution.containers import (
     GpuRequest,
     RuntimeContainer,
     RuntimeContainers,
-    container_names,
+    occupants,
 )
 from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSnapshot
 from gpu_enricher.runtime.engine import (
@@ -42,7 +42,8 @@ def names(node: NodeSnapshot, *inspects: dict[str, Any]) -> dict[tuple[int, int 
         name, request = inspected(json.loads(json.dumps(answer)))
         if request is not None:
             found.append(RuntimeContainer(answer["Id"], label_value(name, answer["Id"]), request))
-    return dict(container_names(node, RuntimeContainers(tuple(found))))
+    return {key: tuple(name for label, name in found_here if label == "container")
+            for key, found_here in occupants(node, RuntimeContainers(tuple(found))).items()}
 
 
 def env(*variables: str) -> dict[str, Any]:

@@ -34,7 +34,8 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
     status, body = await fetch(exp)
     assert status == 200
     temps = [line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
-    assert len(temps) == 7, "4 GPUs, and GPU 0's, GPU 1's and GPU 2's copies"
+    assert len(temps) == 8, "4 GPUs, and GPU 0's, GPU 1's and GPU 2's copies, and alice's"
+    assert sum('gpu="3"' in t and ',user="alice"}' in t for t in temps) == 1
     assert sum('gpu="0"' in t and ',container="vllm-llama"}' in t for t in temps) == 1
     assert sum('gpu="1"' in t and ',container="embedder"}' in t for t in temps) == 1
     assert sum('gpu="2"' in t and ',container="notebook"}' in t for t in temps) == 1

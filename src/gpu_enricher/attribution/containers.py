@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ..fields.names import LABEL_CONTAINER, LABEL_USER
-from ..model import NodeSnapshot, ProcessTable
+from ..model import HostProcess, NodeSnapshot, ProcessTable
 from .devices import EntityKey
 
-ContainerNames = Mapping[EntityKey, tuple[str, ...]]
-"""GPU (index, None) or GPU instance (index, id) → the containers its series are copied for."""
+Occupants = Mapping[EntityKey, tuple[tuple[str, str], ...]]
+"""GPU (index, None) or GPU instance (index, id) → the (label, value) each copy of its series
+carries: `container` and its name, or `user` and who runs a process there in no container."""
 
-NO_CONTAINER_NAMES: Final[ContainerNames] = {}
+NO_OCCUPANTS: Final[Occupants] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,40 +96,57 @@ def granted(request: GpuRequest, node: NodeSnapshot) -> list[EntityKey]:
     return keys
 
 
+Occupant = tuple[str, str]
+"""(`container`, its name) or (`user`, the name of who runs a process in no container)."""
+
+
+def _who(host: HostProcess, names: Mapping[str, str]) -> Occupant | None:
+    """The label that names a process in no pod: its container, else its user."""
+    if host.container is not None:
+        return None  # a pod's: the pod's labels name it
+    container = names.get(host.runtime_container or "")
+    if container is not None:
+        return (LABEL_CONTAINER, container)
+    if host.runtime_container is None and host.user is not None:
+        return (LABEL_USER, host.user)
+    return None  # a container the runtime does not list (yet): unnamed
+
+
 def _using(node: NodeSnapshot, found: RuntimeContainers,
-           processes: ProcessTable | None) -> dict[EntityKey, list[str]]:
-    """The containers whose processes NVML saw on each GPU or GPU instance (/proc's cgroup
-    names the container, the runtime its name), in NVML's order: a container started with a
-    count (`--gpus 1`), or one using a GPU it was never given (issue 34)."""
-    using: dict[EntityKey, list[str]] = {}
+           processes: ProcessTable | None) -> dict[EntityKey, list[Occupant]]:
+    """Who NVML saw using each GPU or GPU instance, in its order: the containers whose
+    processes run there (/proc's cgroup names the container, the runtime its name: a container
+    started with a count, `--gpus 1`, or one using a GPU it was never given), and the people
+    whose processes run there in no container (issue 34)."""
+    using: dict[EntityKey, list[Occupant]] = {}
     if processes is None:
         return using
     for gpu in node.gpus:
         for sample in gpu.processes:
             host = processes.processes.get(sample.pid)
-            name = found.names.get(host.runtime_container or "") if host is not None else None
-            if name is None:
+            who = _who(host, found.names) if host is not None else None
+            if who is None:
                 continue
             gi = sample.gpu_instance_id if gpu.instances else None
-            names = using.setdefault((gpu.identity.index, gi), [])
-            if name not in names:
-                names.append(name)
+            occupants = using.setdefault((gpu.identity.index, gi), [])
+            if who not in occupants:
+                occupants.append(who)
     return using
 
 
-def container_names(node: NodeSnapshot, found: RuntimeContainers,
-                    processes: ProcessTable | None = None) -> ContainerNames:
-    """Each GPU's and GPU instance's containers: an instance's own first, then those given
-    its whole GPU (the runtime's order within each), then those found using it through their
-    processes; a name once."""
-    by_key: dict[EntityKey, list[str]] = {}
+def occupants(node: NodeSnapshot, found: RuntimeContainers,
+              processes: ProcessTable | None = None) -> Occupants:
+    """Each GPU's and GPU instance's occupants: the containers given an instance first, then
+    those given its whole GPU (the runtime's order within each), then the containers and people
+    found using it through their processes; each once."""
+    by_key: dict[EntityKey, list[Occupant]] = {}
     for container in found.containers:
         for key in granted(container.gpus, node):
-            names = by_key.setdefault(key, [])
-            if container.name not in names:
-                names.append(container.name)
+            given = by_key.setdefault(key, [])
+            if (LABEL_CONTAINER, container.name) not in given:
+                given.append((LABEL_CONTAINER, container.name))
     using = _using(node, found, processes)
-    result: dict[EntityKey, tuple[str, ...]] = {}
+    result: dict[EntityKey, tuple[Occupant, ...]] = {}
     for gpu in node.gpus:
         index = gpu.identity.index
         whole = by_key.get((index, None), [])
@@ -136,28 +154,20 @@ def container_names(node: NodeSnapshot, found: RuntimeContainers,
         if gpu.instances and whole:
             result[(index, None)] = tuple(whole)  # the GPU shown whole (`-d g`)
         for key in keys or [(index, None)]:
-            own: Sequence[str] = by_key.get(key, []) if key[1] is not None else []
-            names = list(dict.fromkeys([*own, *whole, *using.get(key, [])]))
-            if names:
-                result[key] = tuple(names)
+            own: Sequence[Occupant] = by_key.get(key, []) if key[1] is not None else []
+            found_here = list(dict.fromkeys([*own, *whole, *using.get(key, [])]))
+            if found_here:
+                result[key] = tuple(found_here)
     return result
 
 
 def outside_pods(found: RuntimeContainers | None,
-                 processes: ProcessTable | None) -> dict[int, tuple[str, str]]:
+                 processes: ProcessTable | None) -> dict[int, Occupant]:
     """PID → the label that names a process in no pod, for the process families: the name of
     its container (`container`, with `--container-labels`), else its user (`user`; a host
     process on a machine people share)."""
     if processes is None:
         return {}
     names = found.names if found is not None else {}
-    result: dict[int, tuple[str, str]] = {}
-    for pid, host in processes.processes.items():
-        if host.container is not None:
-            continue  # a pod's: the pod's labels name it
-        container = names.get(host.runtime_container or "")
-        if container is not None:
-            result[pid] = (LABEL_CONTAINER, container)
-        elif host.runtime_container is None and host.user is not None:
-            result[pid] = (LABEL_USER, host.user)
-    return result
+    return {pid: who for pid, host in processes.processes.items()
+            if (who := _who(host, names)) is not None}

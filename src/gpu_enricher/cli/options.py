@@ -175,8 +175,10 @@ OPTIONS: Final = (
     Option("container-labels", None, None,
            "on hosts without Kubernetes: copy each series of a GPU (or MIG instance) that a "
            "running container was given explicitly (by UUID, index or MIG ID, or all) with "
-           "container=\"<name>\", as dcgm-exporter 4.8.3 does; a series whose pod names its "
-           "container (-k) is left alone (docs/containers.md)"),
+           "container=\"<name>\", as dcgm-exporter 4.8.3 does; also for each container, and "
+           "each person (user=\"<name>\"), whose processes use it (their cgroups, the host's "
+           "passwd: --proc-root); a series whose pod names its container (-k) is left alone "
+           "(docs/containers.md)"),
     Option("container-runtime-socket", None, str,
            "the Docker-compatible Engine API --container-labels asks (Docker, or Podman's "
            f"service socket); only reads (default {DEFAULT_RUNTIME_SOCKET})", "PATH"),

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from ..attribution.claims import ClaimHolders, claim_holders, merged
 from ..attribution.containers import (
-    NO_CONTAINER_NAMES,
-    ContainerNames,
+    NO_OCCUPANTS,
+    Occupants,
     RuntimeContainers,
-    container_names,
+    occupants,
     outside_pods,
 )
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute, without_pod
@@ -26,11 +26,11 @@ from ..attribution.workloads import (
 )
 from ..exposition.join import (
     PodContext,
-    container_copies,
     dcgm_families,
     holder_pairs,
     holdings,
     job_attributes,
+    occupant_copies,
 )
 from ..exposition.process_families import process_families
 from ..exposition.query import Document, gpus_document
@@ -181,7 +181,7 @@ def _proc_usable(inputs: CycleInputs) -> bool:
 
 
 def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
-            pods: PodContext, containers: ContainerNames) -> list[Family]:
+            pods: PodContext, occupied: Occupants) -> list[Family]:
     """XIDs and clock events, counted over windows; the series carry the device's pod (or
     container) as the sampled fields do."""
     assert inputs.node is not None and inputs.plan is not None
@@ -194,7 +194,7 @@ def _events(inputs: CycleInputs, options: JoinOptions, attribution: Attribution,
         jobs = job_attributes((inputs.jobs or NO_JOBS).of(*key))
         if not found:
             return [SeriesCopy((), tuple(attrs)) for job in jobs
-                    for attrs in container_copies(job, containers.get(key, ()), pods)]
+                    for attrs in occupant_copies(job, occupied.get(key, ()), pods)]
         return [SeriesCopy(c.labels, (*c.attributes, *job)) for c in found for job in jobs]
 
     event_options = EventFamilyOptions(options.hostname, inputs.plan.labels,
@@ -236,13 +236,13 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         usage = sums if _proc_usable(inputs) else None
         uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
         context = PodContext(api, policy, usage, uids, options.drop_labels, options.style)
-        containers = (container_names(inputs.node, inputs.containers, inputs.processes)
-                      if inputs.containers is not None else NO_CONTAINER_NAMES)
+        occupied = (occupants(inputs.node, inputs.containers, inputs.processes)
+                    if inputs.containers is not None else NO_OCCUPANTS)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context,
-                                 options.devices, inputs.jobs or NO_JOBS, containers)
+                                 options.devices, inputs.jobs or NO_JOBS, occupied)
         families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context,
-                            containers)
+                            occupied)
         if options.process_metrics:
             families += process_families(processes, policy, sums, options.drop_labels,
                                          outside_pods(inputs.containers, inputs.processes))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from ..attribution.containers import NO_CONTAINER_NAMES, ContainerNames
+from ..attribution.containers import NO_OCCUPANTS, Occupants
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, EntityKey, Holder
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
 from ..attribution.workloads import EMPTY_INDEX, PodIndex
@@ -134,13 +134,15 @@ def job_attributes(jobs: tuple[str, ...]) -> list[Pairs]:
     return [[(names.LABEL_HPC_JOB, job)] for job in jobs] if jobs else [[]]
 
 
-def container_copies(job: Pairs, containers: Sequence[str], pods: PodContext) -> list[Pairs]:
+def occupant_copies(job: Pairs, occupants: Sequence[tuple[str, str]],
+                    pods: PodContext) -> list[Pairs]:
     """The attributes of a series no pod holds (`--container-labels`): as it is, then one copy
-    per container given its GPU, `container` sorted in (dcgm-exporter 4.8.3's container mapper
-    runs after hpc.go, and leaves alone a series whose pod already names its container)."""
+    per container given or using its GPU (and per person using it), `container` (`user`)
+    sorted in: dcgm-exporter 4.8.3's container mapper runs after hpc.go, and leaves alone a
+    series whose pod already names its container."""
     copies = [job]
-    for name in containers:
-        extra = pods.style.pairs(kept([(names.LABEL_CONTAINER, name)], pods.drop))
+    for occupant in occupants:
+        extra = pods.style.pairs(kept([occupant], pods.drop))
         if extra:  # `--drop-labels container`: the copies would be the series again
             copies.append(sorted(job + extra))
     return copies
@@ -192,14 +194,15 @@ def _split(key: EntityKey, holder: Holder, pods: PodContext,
 
 def _with_holders(gpu: GpuSnapshot, inst: GpuInstance | None, key: EntityKey,
                   labels: tuple[Pairs, Pairs], chosen: list[Holder], virtual_gpus: bool,
-                  pods: PodContext, jobs: list[Pairs], containers: Sequence[str]) -> list[Entity]:
+                  pods: PodContext, jobs: list[Pairs],
+                  occupants: Sequence[tuple[str, str]]) -> list[Entity]:
     """Series of a held device carry its pod, once per chosen holding (`holdings`), and
     each of those once per HPC job (`job_attributes`: hpc.go runs after the pod mapper); a
-    device no pod holds, once more per container given it (`container_copies`)."""
+    device no pod holds, once more per container or person occupying it (`occupant_copies`)."""
     head, fields = labels
     if not chosen:
         return [Entity(gpu, inst, _labels(head, fields, None, False, pods, attrs))
-                for job in jobs for attrs in container_copies(job, containers, pods)]
+                for job in jobs for attrs in occupant_copies(job, occupants, pods)]
     shared = virtual_gpus and len({(h.namespace, h.pod) for h in chosen}) > 1
     seen: set[tuple[str, str]] = set()
     result: list[Entity] = []
@@ -216,7 +219,7 @@ def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
              attribution: Attribution = EMPTY_ATTRIBUTION,
              virtual_gpus: bool = False, pods: PodContext = NO_PODS,
              devices: DeviceSelection = FLEX, jobs: JobMapping = NO_JOBS,
-             containers: ContainerNames = NO_CONTAINER_NAMES) -> list[Entity]:
+             occupants: Occupants = NO_OCCUPANTS) -> list[Entity]:
     """The entities `devices` selects (exposition/shape.py): by default a MIG-enabled GPU is
     represented by its GPU instances, one in MIG mode without instances keeps its GPU-level
     series so it stays visible. A MIG GPU shown whole (`-d g`) carries the pods that hold the
@@ -231,7 +234,7 @@ def entities(snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
         result.extend(_with_holders(gpu, inst, key, labels,
                                     holdings(key, attribution, virtual_gpus), virtual_gpus,
                                     pods, job_attributes(jobs.of(*key)),
-                                    containers.get(key, ())))
+                                    occupants.get(key, ())))
     return result
 
 
@@ -258,10 +261,10 @@ def dcgm_families(
     snapshot: NodeSnapshot, plan: CounterPlan, hostname: str | None,
     attribution: Attribution = EMPTY_ATTRIBUTION, virtual_gpus: bool = False,
     pods: PodContext = NO_PODS, devices: DeviceSelection = FLEX, jobs: JobMapping = NO_JOBS,
-    containers: ContainerNames = NO_CONTAINER_NAMES,
+    occupants: Occupants = NO_OCCUPANTS,
 ) -> list[Family]:
     readings = _readings(entities(snapshot, plan, hostname, attribution, virtual_gpus, pods,
-                                  devices, jobs, containers))
+                                  devices, jobs, occupants))
     families: list[Family] = []
     for metric in plan.metrics:
         if metric.field in EVENT_FIELDS:  # counted from events: event_families builds them
