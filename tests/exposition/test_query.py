@@ -59,17 +59,17 @@ def test_document_gpu_with_holder_and_processes() -> None:
             {"pid": 100, "name": "python3", "type": "compute",
              "memory_used_bytes": 1024 * MIB, "sm_utilization_ratio": 0.4,
              "memory_utilization_ratio": 0.1, "namespace": "ml", "pod": "train-0",
-             "container": "trainer", "pod_uid": UID_TRAIN, "allocated": True},
+             "container": "trainer", "pod_uid": UID_TRAIN, "user": None, "allocated": True},
             {"pid": 200, "name": "Xorg", "type": "graphics", "memory_used_bytes": 64 * MIB,
              "sm_utilization_ratio": None, "memory_utilization_ratio": None,
              "namespace": None, "pod": None, "container": None, "pod_uid": None,
-             "allocated": None},
+             "user": None, "allocated": None},
             {"pid": 300, "name": "jupyter", "type": "compute", "memory_used_bytes": 256 * MIB,
              "sm_utilization_ratio": 0.02, "memory_utilization_ratio": None,
              "namespace": "dev", "pod": "notebook", "container": "jupyter",
-             "pod_uid": UID_NOTE, "allocated": False},
+             "pod_uid": UID_NOTE, "user": None, "allocated": False},
         ],
-        "hpc_jobs": [],
+        "hpc_jobs": [], "containers": [], "users": [],
     }
 
 
@@ -81,7 +81,7 @@ def test_document_mig_instances() -> None:
     assert {k: v for k, v in first.items() if k != "holders"} == {
         "gpu_instance_id": 1, "compute_instance_id": 0, "profile": "4g.40gb", "uuid": MIG1,
         "memory_total_bytes": 40192 * MIB, "memory_used_bytes": 0, "utilization_ratio": None,
-        "processes": [], "hpc_jobs": []}
+        "processes": [], "hpc_jobs": [], "containers": [], "users": []}
     assert [h["pod"] for h in first["holders"]] == ["notebook"]
     assert second["memory_used_bytes"] == 512 * MIB
     assert [(p["pid"], p["pod"], p["allocated"]) for p in second["processes"]] == [

@@ -3,6 +3,7 @@ Engine API, asked through the same client and source as a real dockerd (tests/ru
 scenario's `containers:` entries checked as the rest of a scenario is."""
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,12 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
                  user="alice") == 12000 * 2**20, "a person's process: its user"
     assert value(body, "gpu_enricher_source_up", source="containers") == 1
     assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
+    status, answer = await fetch(exp, "/api/v1/gpus")
+    gpus = json.loads(answer)["gpus"]
+    assert [(g["containers"], g["users"]) for g in gpus] == [
+        (["vllm-llama"], []), (["embedder"], []), (["notebook"], []), ([], ["alice"])]
+    assert [(p["pid"], p["container"], p["user"]) for g in gpus for p in g["processes"]] == [
+        (4100, "notebook", None), (5200, None, "alice")]
 
 
 @pytest.mark.parametrize(("entry", "problem"), [

@@ -33,7 +33,7 @@ from ..exposition.join import (
     occupant_copies,
 )
 from ..exposition.process_families import process_families
-from ..exposition.query import Document, gpus_document
+from ..exposition.query import Document, OutsidePods, gpus_document
 from ..exposition.render import Family
 from ..exposition.shape import FLEX, OLD_NAMES, PLAIN_STYLE, DeviceSelection, LabelStyle
 from ..fields.counters import CounterPlan
@@ -224,6 +224,9 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         processes = gpu_processes(inputs.node, inputs.processes, [api, logs],
                                   _allocation(inputs, api, claims))
     families: list[Family] = []
+    occupied = (occupants(inputs.node, inputs.containers, inputs.processes)
+                if inputs.node is not None and inputs.containers is not None else NO_OCCUPANTS)
+    outside = outside_pods(inputs.containers, inputs.processes)
     if inputs.node is not None and inputs.plan is not None:
         # A pod label named like a label-type field of this counters file, or like a 1.x
         # label name under -o, is prefixed too.
@@ -236,19 +239,16 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         usage = sums if _proc_usable(inputs) else None
         uids = {name: meta.uid for name, meta in logs.by_name.items() if meta.uid}
         context = PodContext(api, policy, usage, uids, options.drop_labels, options.style)
-        occupied = (occupants(inputs.node, inputs.containers, inputs.processes)
-                    if inputs.containers is not None else NO_OCCUPANTS)
         families = dcgm_families(inputs.node, inputs.plan, options.hostname,
                                  attribution or EMPTY_ATTRIBUTION, options.virtual_gpus, context,
                                  options.devices, inputs.jobs or NO_JOBS, occupied)
         families += _events(inputs, options, attribution or EMPTY_ATTRIBUTION, context,
                             occupied)
         if options.process_metrics:
-            families += process_families(processes, policy, sums, options.drop_labels,
-                                         outside_pods(inputs.containers, inputs.processes))
+            families += process_families(processes, policy, sums, options.drop_labels, outside)
     document = gpus_document(inputs.node, attribution or EMPTY_ATTRIBUTION, processes, api,
                              options.hostname, inputs.collected_at, options.process_metrics,
-                             inputs.jobs or NO_JOBS)
+                             inputs.jobs or NO_JOBS, OutsidePods(occupied, outside))
     holdings = None
     if attribution is not None and inputs.node is not None and inputs.assignments is not None:
         holdings = entity_holdings(inputs.node.gpus, attribution, offered_replicas(

@@ -6,11 +6,14 @@ filters it and encodes it. Schema and example: docs/processes.md.
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..attribution.containers import Occupant, Occupants
 from ..attribution.devices import Attribution, EntityKey, Holder
 from ..attribution.workloads import GpuProcess, PodIndex
 from ..fields.convert import MIB
+from ..fields.names import LABEL_CONTAINER, LABEL_USER
 from ..fields.namings import (
     FB_CAPACITY_BYTES,
     FB_TOTAL,
@@ -58,9 +61,21 @@ def _holder(holder: Holder, pods: PodIndex) -> Document:
             "claim": None if holder.claim is None else dict(holder.claim.label_pairs())}
 
 
-def _process(proc: GpuProcess) -> Document:
+@dataclass(frozen=True, slots=True)
+class OutsidePods:
+    """Who uses a device or runs a process that no pod holds (attribution/containers.py)."""
+
+    occupants: Occupants = field(default_factory=dict)
+    processes: Mapping[int, Occupant] = field(default_factory=dict)
+
+
+NO_OUTSIDE: Final = OutsidePods()
+
+
+def _process(proc: GpuProcess, outside: OutsidePods) -> Document:
     work = proc.workload
     sample = proc.sample
+    label, name = outside.processes.get(sample.pid, ("", ""))
     return {
         "pid": sample.pid, "name": proc.name, "type": sample.kind,
         "memory_used_bytes": sample.used_memory_bytes,
@@ -68,21 +83,27 @@ def _process(proc: GpuProcess) -> Document:
         "memory_utilization_ratio": sample.memory_utilization,
         "namespace": work.namespace if work else None,
         "pod": work.pod if work else None,
-        "container": (work.container or None) if work else None,
+        "container": ((work.container or None) if work else
+                      name if label == LABEL_CONTAINER else None),
         "pod_uid": (work.pod_uid or None) if work else None,
+        "user": name if label == LABEL_USER else None,
         "allocated": proc.allocated,
     }
 
 
 def _device(key: EntityKey, attribution: Attribution, procs: Sequence[GpuProcess],
-            pods: PodIndex, jobs: JobMapping) -> Document:
+            pods: PodIndex, jobs: JobMapping, outside: OutsidePods) -> Document:
+    found = outside.occupants.get(key, ())
     return {"holders": [_holder(h, pods) for h in attribution.holders.get(key, ())],
-            "processes": [_process(p) for p in procs if p.key == key],
-            "hpc_jobs": list(jobs.of(*key))}
+            "processes": [_process(p, outside) for p in procs if p.key == key],
+            "hpc_jobs": list(jobs.of(*key)),
+            "containers": [n for label, n in found if label == LABEL_CONTAINER],
+            "users": [n for label, n in found if label == LABEL_USER]}
 
 
 def _instance(gpu: GpuSnapshot, inst: GpuInstance, attribution: Attribution,
-              procs: Sequence[GpuProcess], pods: PodIndex, jobs: JobMapping) -> Document:
+              procs: Sequence[GpuProcess], pods: PodIndex, jobs: JobMapping,
+              outside: OutsidePods) -> Document:
     return {
         "gpu_instance_id": inst.gpu_instance_id, "compute_instance_id": inst.compute_instance_id,
         "profile": inst.profile, "uuid": inst.uuid,
@@ -90,15 +111,18 @@ def _instance(gpu: GpuSnapshot, inst: GpuInstance, attribution: Attribution,
         "memory_used_bytes": _bytes(inst.values, FB_USED_BYTES, FB_USED),
         # NVML has no GPU_UTIL per instance; its graphics-engine activity (GPM) is the figure.
         "utilization_ratio": _activity(inst.values),
-        **_device((gpu.identity.index, inst.gpu_instance_id), attribution, procs, pods, jobs),
+        **_device((gpu.identity.index, inst.gpu_instance_id), attribution, procs, pods, jobs,
+                  outside),
     }
 
 
 def gpus_document(node: NodeSnapshot | None, attribution: Attribution,
                   processes: Sequence[GpuProcess], pods: PodIndex, hostname: str | None,
                   collected_at: float | None, process_metrics: bool,
-                  jobs: JobMapping = NO_JOBS) -> Document:
-    """`jobs`: each GPU's and instance's HPC jobs (`hpc_jobs`, [] without a mapping file)."""
+                  jobs: JobMapping = NO_JOBS, outside: OutsidePods = NO_OUTSIDE) -> Document:
+    """`jobs`: each GPU's and instance's HPC jobs (`hpc_jobs`, [] without a mapping file);
+    `outside`: the containers and people using each device and running each process outside
+    any pod (`containers`, `users`; [] without `--container-labels`)."""
     gpus = []
     for gpu in node.gpus if node is not None else ():
         ident = gpu.identity
@@ -110,9 +134,9 @@ def gpus_document(node: NodeSnapshot | None, attribution: Attribution,
             "memory_used_bytes": _bytes(values, FB_USED_BYTES, FB_USED),
             "utilization_ratio": _utilization(values),
             "mig_enabled": gpu.mig_enabled,
-            "mig_instances": [_instance(gpu, i, attribution, processes, pods, jobs)
+            "mig_instances": [_instance(gpu, i, attribution, processes, pods, jobs, outside)
                               for i in gpu.instances],
-            **_device((ident.index, None), attribution, processes, pods, jobs),
+            **_device((ident.index, None), attribution, processes, pods, jobs, outside),
         })
     return {"api_version": API_VERSION, "hostname": hostname, "collected_at": collected_at,
             "process_metrics": process_metrics, "gpus": gpus}
