@@ -69,3 +69,23 @@ def test_inspect_shows_each_gpu_and_mig_instance_uuid(exporter: Exporter) -> Non
     rows = [line.split() for line in only.split("\n\n")[0].splitlines()]
     assert any(row[:2] == [str(instance[0]["index"]), str(instance[1]["gpu_instance_id"])]
                and instance[1]["uuid"] in row for row in rows), only
+
+
+def test_inspect_on_a_docker_host_names_containers_and_people() -> None:
+    exp = Exporter(["--simulate", "docker-host", "-c", "200"], {})
+    try:
+        exp.wait_ready()
+        out = inspect(exp.base)
+    finally:
+        if exp.proc.poll() is None:
+            exp.proc.kill()
+        exp.proc.communicate()
+    devices, processes = out.split("\n\n")[:2]
+    held = [re.split(r"\s{2,}", line)[-1] for line in devices.splitlines()[1:]]
+    assert held == ["container vllm-llama", "container embedder", "container notebook",
+                    "user alice"]
+    header, *rows = processes.splitlines()
+    assert header.split()[-1] == "USER"
+    assert [(row.split()[2], row.split()[-3], row.split()[-1]) for row in rows] == [
+        ("3100", "vllm-llama", "-"), ("3300", "embedder", "-"), ("4100", "notebook", "-"),
+        ("5200", "-", "alice")]

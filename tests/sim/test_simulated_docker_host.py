@@ -25,6 +25,7 @@ def test_the_docker_host_gives_gpus_each_way_docker_run_does() -> None:
     assert embedder.env == ("NVIDIA_VISIBLE_DEVICES=1",)
     assert notebook.device_requests[0]["Count"] == 1
     assert [p.docker for p in host.gpus[2].processes] == ["notebook"], "named by its process"
+    assert [p.user for p in host.gpus[3].processes] == ["alice"]
 
 
 async def test_simulate_docker_host_labels_series_with_their_containers(
@@ -51,7 +52,8 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
     assert [(g["containers"], g["users"]) for g in gpus] == [
         (["vllm-llama"], []), (["embedder"], []), (["notebook"], []), ([], ["alice"])]
     assert [(p["pid"], p["container"], p["user"]) for g in gpus for p in g["processes"]] == [
-        (4100, "notebook", None), (5200, None, "alice")]
+        (3100, "vllm-llama", None), (3300, "embedder", None), (4100, "notebook", None),
+        (5200, None, "alice")]
 
 
 @pytest.mark.parametrize(("entry", "problem"), [

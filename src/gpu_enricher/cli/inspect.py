@@ -1,8 +1,9 @@
 """`gpu-enricher inspect`: the query API as tables, `nvidia-smi` with pod columns.
 
 Fetches `/api/v1/gpus` from a running exporter (default http://localhost:9400) and prints its
-GPUs and MIG instances with their UUIDs and holders, every GPU process with its pod, then each
-holder's GPU time and energy since the exporter started. A
+GPUs and MIG instances with their UUIDs and holders (on a host without Kubernetes, the
+containers and people using them), every GPU process with its pod (or container, or user), then
+each holder's GPU time and energy since the exporter started. A
 GPU's UUID is the `UUID` label of its series, and of its MIG instances' series (which add
 `GPU_I_ID`, the GI column); a MIG instance's own `MIG-…` UUID is what the kubelet's device IDs
 and NVIDIA_VISIBLE_DEVICES name. The formatting is pure (`tables`); only `fetch` does I/O.
@@ -78,7 +79,10 @@ def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _holders(device: dict[str, Any]) -> str:
+    """Its pods, else (a host without Kubernetes) its containers and the people using it."""
     names = sorted({f"{h['namespace']}/{h['pod']}" for h in device.get("holders", [])})
+    names = names or [*(f"container {c}" for c in device.get("containers", [])),
+                      *(f"user {u}" for u in device.get("users", []))]
     return ", ".join(names) or "-"
 
 
@@ -117,13 +121,17 @@ def tables(document: dict[str, Any]) -> str:
                                   proc.get("type") or "-", _mib(proc.get("memory_used_bytes")),
                                   _pct(proc.get("sm_utilization_ratio")),
                                   proc.get("namespace") or "-", proc.get("pod") or "-",
-                                  proc.get("container") or "-", allocated])
+                                  proc.get("container") or "-", allocated,
+                                  proc.get("user") or "-"])
     lines = _grid(["GPU", "GI", "MODEL/PROFILE", "UUID", "MEMORY MiB", "UTIL", "HELD BY"],
                   devices)
     lines.append("")
     if processes:
-        lines += _grid(["GPU", "GI", "PID", "PROCESS", "TYPE", "MiB", "SM", "NAMESPACE", "POD",
-                        "CONTAINER", "ALLOCATED"], processes)
+        header = ["GPU", "GI", "PID", "PROCESS", "TYPE", "MiB", "SM", "NAMESPACE", "POD",
+                  "CONTAINER", "ALLOCATED", "USER"]
+        if all(row[-1] == "-" for row in processes):  # no one's process outside a container
+            header, processes = header[:-1], [row[:-1] for row in processes]
+        lines += _grid(header, processes)
     elif not document.get("process_metrics"):
         lines.append("No processes: start the exporter with --process-metrics.")
     else:
