@@ -10,6 +10,7 @@ from gpu_enricher.attribution.containers import (
     RuntimeContainer,
     RuntimeContainers,
     occupants,
+    outside_pods,
 )
 from gpu_enricher.attribution.procfs import parse_cgroup, parse_runtime_container
 from gpu_enricher.model import (
@@ -65,13 +66,13 @@ def test_containers_are_found_through_their_processes_after_those_given_the_gpu(
         {ID_A: "trainer", ID_B: "counted"})
     processes = table((100, ID_B), (101, ID_A), (200, None), (300, ID_B))
     trainer, counted = ("container", "trainer"), ("container", "counted")
-    assert occupants(node, found, processes) == {
+    assert occupants(node, found, outside_pods(found, processes)) == {
         (0, None): (trainer, counted),  # given first, then found; each once
         (1, None): (("user", "bob"),),  # a person's process in no container
         (2, 3): (counted,),             # its process on the instance
     }
     assert occupants(node, found) == {(0, None): (trainer,)}, "no /proc: given only"
     gone = RuntimeContainers(found.containers, {ID_A: "trainer"})
-    assert occupants(node, gone, processes) == {(0, None): (trainer,),
+    assert occupants(node, gone, outside_pods(gone, processes)) == {(0, None): (trainer,),
                                                 (1, None): (("user", "bob"),)}, \
         "a container the runtime no longer lists names nothing"

@@ -10,7 +10,7 @@ by its GPU instance first, then by its GPU, each name once. Beyond it, the MIG U
 nvidia-container-toolkit use today (`MIG-<uuid>`) names its GPU instance too.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -18,9 +18,11 @@ from ..fields.names import LABEL_CONTAINER, LABEL_USER
 from ..model import HostProcess, NodeSnapshot, ProcessTable
 from .devices import EntityKey
 
-Occupants = Mapping[EntityKey, tuple[tuple[str, str], ...]]
-"""GPU (index, None) or GPU instance (index, id) → the (label, value) each copy of its series
-carries: `container` and its name, or `user` and who runs a process there in no container."""
+Occupant = tuple[str, str]
+"""(`container`, its name) or (`user`, the name of who runs a process in no container)."""
+Occupants = Mapping[EntityKey, tuple[Occupant, ...]]
+"""GPU (index, None) or GPU instance (index, id) → the occupant each copy of its series
+carries."""
 
 NO_OCCUPANTS: Final[Occupants] = {}
 
@@ -96,10 +98,6 @@ def granted(request: GpuRequest, node: NodeSnapshot) -> list[EntityKey]:
     return keys
 
 
-Occupant = tuple[str, str]
-"""(`container`, its name) or (`user`, the name of who runs a process in no container)."""
-
-
 def _who(host: HostProcess, names: Mapping[str, str]) -> Occupant | None:
     """The label that names a process in no pod: its container, else its user."""
     if host.container is not None:
@@ -112,40 +110,37 @@ def _who(host: HostProcess, names: Mapping[str, str]) -> Occupant | None:
     return None  # a container the runtime does not list (yet): unnamed
 
 
-def _using(node: NodeSnapshot, found: RuntimeContainers,
-           processes: ProcessTable | None) -> dict[EntityKey, list[Occupant]]:
+def _using(node: NodeSnapshot,
+           outside: Mapping[int, Occupant]) -> dict[EntityKey, list[Occupant]]:
     """Who NVML saw using each GPU or GPU instance, in its order: the containers whose
     processes run there (/proc's cgroup names the container, the runtime its name: a container
     started with a count, `--gpus 1`, or one using a GPU it was never given), and the people
     whose processes run there in no container (issue 34)."""
     using: dict[EntityKey, list[Occupant]] = {}
-    if processes is None:
-        return using
     for gpu in node.gpus:
         for sample in gpu.processes:
-            host = processes.processes.get(sample.pid)
-            who = _who(host, found.names) if host is not None else None
+            who = outside.get(sample.pid)
             if who is None:
                 continue
             gi = sample.gpu_instance_id if gpu.instances else None
-            occupants = using.setdefault((gpu.identity.index, gi), [])
-            if who not in occupants:
-                occupants.append(who)
+            found = using.setdefault((gpu.identity.index, gi), [])
+            if who not in found:
+                found.append(who)
     return using
 
 
 def occupants(node: NodeSnapshot, found: RuntimeContainers,
-              processes: ProcessTable | None = None) -> Occupants:
+              outside: Mapping[int, Occupant] | None = None) -> Occupants:
     """Each GPU's and GPU instance's occupants: the containers given an instance first, then
     those given its whole GPU (the runtime's order within each), then the containers and people
-    found using it through their processes; each once."""
+    found using it through their processes (`outside`: `outside_pods`'s); each once."""
     by_key: dict[EntityKey, list[Occupant]] = {}
     for container in found.containers:
         for key in granted(container.gpus, node):
             given = by_key.setdefault(key, [])
             if (LABEL_CONTAINER, container.name) not in given:
                 given.append((LABEL_CONTAINER, container.name))
-    using = _using(node, found, processes)
+    using = _using(node, outside or {})
     result: dict[EntityKey, tuple[Occupant, ...]] = {}
     for gpu in node.gpus:
         index = gpu.identity.index
@@ -153,9 +148,9 @@ def occupants(node: NodeSnapshot, found: RuntimeContainers,
         keys: list[EntityKey] = [(index, i.gpu_instance_id) for i in gpu.instances]
         if gpu.instances and whole:
             result[(index, None)] = tuple(whole)  # the GPU shown whole (`-d g`)
-        for key in keys or [(index, None)]:
-            own: Sequence[Occupant] = by_key.get(key, []) if key[1] is not None else []
-            found_here = list(dict.fromkeys([*own, *whole, *using.get(key, [])]))
+        for key in keys or [(index, None)]:  # a whole GPU's `own` is `whole`: kept once
+            found_here = list(dict.fromkeys([*by_key.get(key, []), *whole,
+                                             *using.get(key, [])]))
             if found_here:
                 result[key] = tuple(found_here)
     return result

@@ -224,9 +224,9 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
         processes = gpu_processes(inputs.node, inputs.processes, [api, logs],
                                   _allocation(inputs, api, claims))
     families: list[Family] = []
-    occupied = (occupants(inputs.node, inputs.containers, inputs.processes)
-                if inputs.node is not None and inputs.containers is not None else NO_OCCUPANTS)
     outside = outside_pods(inputs.containers, inputs.processes)
+    occupied = (occupants(inputs.node, inputs.containers, outside)
+                if inputs.node is not None and inputs.containers is not None else NO_OCCUPANTS)
     if inputs.node is not None and inputs.plan is not None:
         # A pod label named like a label-type field of this counters file, or like a 1.x
         # label name under -o, is prefixed too.

@@ -8,6 +8,7 @@ reports at once (a 8-GPU node with 100 processes: ~200 process series, ≤ 2 per
 
 from collections.abc import Mapping, Sequence
 
+from ..attribution.containers import Occupant
 from ..attribution.devices import EntityKey
 from ..attribution.podlabels import PodLabelPolicy
 from ..attribution.workloads import GpuProcess, PodUsage, per_pod
@@ -28,7 +29,7 @@ def device_pairs(gpu: GpuSnapshot, instance: GpuInstance | None) -> list[tuple[s
 
 
 def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[str],
-                    outside: Mapping[int, tuple[str, str]]) -> str:
+                    outside: Mapping[int, Occupant]) -> str:
     # The type lets a sum over a pod's processes leave the MPS server out (issue 25).
     pairs = [*device_pairs(proc.gpu, proc.instance), (names.LABEL_PID, str(proc.sample.pid)),
              (names.LABEL_PROCESS_NAME, proc.name), (names.LABEL_PROCESS_TYPE, proc.sample.kind)]
@@ -46,7 +47,7 @@ def _process_labels(proc: GpuProcess, policy: PodLabelPolicy, drop: frozenset[st
 
 def process_families(processes: Sequence[GpuProcess], policy: PodLabelPolicy,
                      sums: PodUsage | None = None, drop: frozenset[str] = frozenset(),
-                     outside: Mapping[int, tuple[str, str]] | None = None) -> list[Family]:
+                     outside: Mapping[int, Occupant] | None = None) -> list[Family]:
     """`sums`: `per_pod(processes)` when the caller has it already; `drop`: label names left
     off (`--drop-labels`); `outside`: PID → the label that names a process no pod holds:
     its container outside any pod, or the person who runs it (attribution/containers.py)."""

@@ -54,7 +54,7 @@ def label_value(name: str, container_id: str) -> str:
     """The name without Docker's leading `/`, else the short ID; control characters as `_`; at
     most 128 bytes, never a split UTF-8 character."""
     value = name.removeprefix("/").strip() or container_id.strip()[:SHORT_ID]
-    value = "".join("_" if unicodedata.category(c) == "Cc" else c for c in value.strip())
+    value = "".join("_" if unicodedata.category(c) == "Cc" else c for c in value)
     encoded = value.encode()
     if len(encoded) > MAX_LABEL_BYTES:
         value = encoded[:MAX_LABEL_BYTES].decode(errors="ignore")

@@ -57,7 +57,6 @@ class ContainerSource:
         self._client = client if client is not None else EngineClient(socket_path)
         self._inspected: dict[str, _Inspected] = {}
         self._snapshot = RuntimeContainers()
-        self._running = 0
         self._up = False
         self._problem: str | None = None
         self.collections = 0
@@ -88,7 +87,6 @@ class ContainerSource:
         except EngineAnswerError as exc:
             self._failed("answer", str(exc))
             return
-        self._running = len(running)
         # dcgm-exporter's label: the inspected name, else the listed one, else the short ID.
         names = {cid: label_value((known[cid][1] if cid in known else "") or name, cid)
                  for cid, name in running}
@@ -161,7 +159,7 @@ class ContainerSource:
             "gpu_enricher_runtime_containers",
             "Running containers the container runtime listed at its last answer (state="
             "running) and those of them given GPUs (state=with_gpus).", labels=["state"])
-        family.add_metric(["running"], self._running)
+        family.add_metric(["running"], len(self._snapshot.names))  # every one is named
         family.add_metric(["with_gpus"], len(self._snapshot.containers))
         return [family]
 
