@@ -3,7 +3,7 @@
 A server process of its own (hand-built HTTP/2 frames on a unix socket) answers the call with
 a `--megabytes` message in 16 KiB DATA frames, `--frame-gap-ms` apart (0.3 ms: ~1.6 s for 50 MB,
 never a gap long enough for a per-read socket timeout to fire), then its trailers. The client
-is `kubelet/wire.py`'s `UnaryChannel.call` with a `--deadline` (0.5 s): the seconds from the
+is `rpc/wire.py`'s `UnaryChannel.call` with a `--deadline` (0.5 s): the seconds from the
 call to its return, the outcome, and whether the server saw the client reset the stream
 (RST_STREAM), `--runs` times; the median. Issue 24: before the whole call's deadline was kept,
 each read had the time left as its socket timeout, and an answer that never paused ran on.
@@ -25,7 +25,8 @@ from pathlib import Path
 
 from hpack import Encoder
 
-from gpu_enricher.kubelet.wire import KubeletError, UnaryChannel
+from gpu_enricher.rpc.answer import CallError
+from gpu_enricher.rpc.wire import UnaryChannel
 
 LIST = "/v1.PodResourcesLister/List"
 FRAME = 16_384
@@ -98,7 +99,7 @@ def main() -> None:
             daemon=True)
         server.start()
         ours.recv()
-        channel = UnaryChannel(Path(path), 64 << 20)
+        channel = UnaryChannel(Path(path), 64 << 20, "the kubelet")
         seconds = []
         print("| run | returned after (s) | outcome | server sent (MB) | stream reset |")
         print("|---|---|---|---|---|")
@@ -107,7 +108,7 @@ def main() -> None:
             try:
                 channel.call(LIST, b"", args.deadline)
                 outcome = "OK"
-            except KubeletError as exc:
+            except CallError as exc:
                 outcome = str(exc) if exc.code == "UNAVAILABLE" else exc.code
             seconds.append(time.monotonic() - started)
             sent, reset = ours.recv()

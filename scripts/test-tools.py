@@ -38,8 +38,10 @@ HELM_IN_LAYER = "helm/helm"
 DEBIAN_PACKAGES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("prometheus", "promtool"), ("prometheus",)),
     (("gcc",), ("gcc", "libc6-dev")),
-    # dockerd 20.10 (its own containerd and runc come with it): tests/runtime/dockerd.py.
-    (("dockerd", "containerd", "runc"), ("docker.io", "containerd", "runc")),
+    # dockerd 20.10 (its own containerd and runc come with it): tests/runtime/dockerd.py;
+    # containerd 1.6 alone, its tasks made with ctr: tests/runtime/containerd.py.
+    (("dockerd", "containerd", "ctr", "containerd-shim-runc-v2", "runc"),
+     ("docker.io", "containerd", "runc")),
 )
 
 

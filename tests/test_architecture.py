@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "src" / "gpu_enricher"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-GENERATED = "kubelet._generated"
+GENERATED = "rpc._generated"
 
 MAX_TOP_MODULES = 12
 MAX_PACKAGE_MODULES = 16
@@ -38,7 +38,8 @@ PARSE_HALVES = (
     "attribution.podlabels", "attribution.jobmap", "attribution.shares", "collector.cycle",
     "collector.ledger", "collector.news",
     "collector.options", "collector.watch", "kube.events", "kube.pods", "kube.slices",
-    "kube.claims", "kubelet.answers", "kubelet.selection", "kubelet.statuses",
+    "kube.claims", "kubelet.answers", "kubelet.selection", "rpc.statuses",
+    "runtime.engine", "runtime.containerd", "runtime.reader",
     "web.config", "web.config_model", "cli.flag_values", "cli.dcgm_flags", "cli.compat",
     "cli.options",
     "sim.node",
@@ -52,7 +53,7 @@ modules it imports."""
 COMPOSITION_ROOT = frozenset({"assembly", "app", "cli.main"})
 SIM_MAY_USE = frozenset({"kube.events", "kube.pods", "kube.slices"})
 """What the simulated node takes from the real clients: the parse halves that speak the
-Kubernetes API, and the kubelet's protobuf stubs (`GENERATED`); never a client."""
+Kubernetes API, and the protobuf stubs (`GENERATED`); never a client."""
 TEST_FOLDERS_NOT_PARTS = frozenset({"app", "chart", "data", "fake_nvml", "monitoring"})
 """tests/ folders that mirror no package: the exporter whole (app.py and the running process),
 the Helm chart, test data, the fake NVML library, the chart's alert tests."""
@@ -210,7 +211,8 @@ def test_only_the_composition_root_imports_the_simulated_node() -> None:
 
 def test_the_simulated_node_speaks_the_apis_without_their_clients() -> None:
     taken = sorted({target for module, target in our_imports()
-                    if part_of(module.name) == "sim" and part_of(target) in ("kube", "kubelet")})
+                    if part_of(module.name) == "sim"
+                    and part_of(target) in ("kube", "kubelet", "rpc")})
     assert taken, "the fakes speak the real APIs' objects"
     assert all(t in SIM_MAY_USE or t.startswith(GENERATED) for t in taken), taken
 

@@ -191,6 +191,9 @@ class HostProcess:
     """Outside any pod: the 64-hex ID of the Docker, Podman or containerd container it runs in."""
     user: str | None = None
     """Its real UID's name in the host's passwd, else the UID; None: unread."""
+    cgroup: str | None = None
+    """Outside any pod: the cgroup it runs in (the unified hierarchy's, else the first named),
+    where a runtime's container is found when its ID is not 64-hex (containerd's own)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,11 @@ from gpu_enricher.attribution.containers import (
     occupants,
     outside_pods,
 )
-from gpu_enricher.attribution.procfs import parse_cgroup, parse_runtime_container
+from gpu_enricher.attribution.procfs import (
+    parse_cgroup,
+    parse_cgroup_leaf,
+    parse_runtime_container,
+)
 from gpu_enricher.model import (
     DeviceIdentity,
     GpuInstance,
@@ -42,6 +46,36 @@ def test_a_container_outside_any_pod_is_named_by_its_cgroup(text: str,
                                                             expected: str | None) -> None:
     assert parse_runtime_container(text) == expected
     assert parse_cgroup(text) is None, "no pod: the pod parser keeps out of it"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("9:pids:/lab/trainer\n1:cpu:/lab/trainer\n0::/lab/trainer\n", "/lab/trainer"),  # hybrid
+    ("12:pids:/lab/trainer\n0::/\n", "/lab/trainer"),     # the unified hierarchy says nothing
+    ("1:name=systemd:/user.slice\n0::/lab/t/sub\n", "/lab/t/sub"),  # the unified one first
+    ("0::/\n", None),
+    ("garbage\n", None),
+])
+def test_a_process_keeps_the_cgroup_it_runs_in(text: str, expected: str | None) -> None:
+    assert parse_cgroup_leaf(text) == expected
+
+
+def test_a_container_is_found_by_its_cgroup_when_its_id_is_not_hex() -> None:
+    """containerd's own IDs (`ctr run … trainer`): the runtime says the cgroup, the process
+    sits in it or below it."""
+    found = RuntimeContainers((), {"trainer": "trainer", ID_A: "web"},
+                              {"/lab/trainer": "trainer", "/default/x": "x"})
+
+    def host(cgroup: str | None, runtime: str | None = None) -> HostProcess:
+        return HostProcess(1, 1, "python", None, runtime, "bob", cgroup)
+
+    assert found.name_of(host("/lab/trainer")) == "trainer"
+    assert found.name_of(host("/lab/trainer/worker")) == "trainer", "a sub-cgroup of it"
+    assert found.name_of(host("/lab/trainer2")) is None, "a segment, not a prefix"
+    assert found.name_of(host("/lab")) is None
+    assert found.name_of(host(None)) is None
+    assert found.name_of(host("/system.slice/docker-x.scope", ID_A)) == "web", "ID first"
+    assert outside_pods(found, ProcessTable({7: host("/default/x")})) == \
+        {7: ("container", "x")}, "named as a container, not as its user"
 
 
 def gpu(index: int, *pids: int, instances: tuple[GpuInstance, ...] = ()) -> GpuSnapshot:

@@ -88,8 +88,8 @@ async def test_labels_host_processes_mig_and_unhealthy_gpus(proc: Path) -> None:
     assert source.snapshot().processes == {
         100: HostProcess(100, 5000, "python train.py", ContainerRef(UID_A, ID_A)),
         200: HostProcess(200, 6000, "worker", ContainerRef(UID_B, ID_B)),
-        300: HostProcess(300, 7000, "Xorg", None),
-    }  # 999 vanished; 400 is on a GPU whose pass failed
+        300: HostProcess(300, 7000, "Xorg", None, cgroup="/system.slice/containerd.service"),
+    }  # 999 vanished; 400 is on a GPU whose pass failed; a host process keeps its cgroup
     health = source.health()
     assert (health.up, health.collections, dict(health.errors)) == (True, 1, {})
     assert health.last_duration_seconds is not None

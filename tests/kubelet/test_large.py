@@ -15,14 +15,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpu_enricher.attribution.devices import node_index
-from gpu_enricher.kubelet._generated.podresources.v1 import api_pb2 as v1_pb2
-from gpu_enricher.kubelet._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from gpu_enricher.kubelet.answers import decode_list
 from gpu_enricher.kubelet.client import PodResourcesClient
 from gpu_enricher.kubelet.selection import held_on, may_name_a_gpu
 from gpu_enricher.kubelet.source import KubeletOptions, KubeletSource
-from gpu_enricher.kubelet.wire import TOO_LARGE, KubeletError
 from gpu_enricher.model import ClaimAllocation, PodAssignment
+from gpu_enricher.rpc._generated.podresources.v1 import api_pb2 as v1_pb2
+from gpu_enricher.rpc._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
+from gpu_enricher.rpc.answer import TOO_LARGE, CallError
 from gpu_enricher.sim.backend import SimulatedBackend
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
 from gpu_enricher.sim.node import mig_uuid
@@ -214,7 +214,7 @@ async def test_an_answer_that_does_not_parse_is_an_internal_error(kubelet: FakeK
         assert (await client.list()).assignments == (HOLDER,)
         # A PodResources entry (field 1) 255 bytes long in a 3-byte answer.
         kubelet._answers = dataclasses.replace(kubelet._answers, v1_wire=b"\x0a\xff\x01")
-        with pytest.raises(KubeletError) as failed:
+        with pytest.raises(CallError) as failed:
             await client.list()
         assert failed.value.code == "INTERNAL" and "does not parse" in str(failed.value)
     finally:

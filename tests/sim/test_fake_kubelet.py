@@ -11,11 +11,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gpu_enricher.kubelet._generated.podresources.v1 import api_pb2 as v1_pb2
-from gpu_enricher.kubelet._generated.podresources.v1 import api_pb2_grpc as v1_grpc
-from gpu_enricher.kubelet._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
-from gpu_enricher.kubelet._generated.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from gpu_enricher.model import AllocatableDevices, ClaimAllocation, PodAssignment
+from gpu_enricher.rpc._generated.podresources.v1 import api_pb2 as v1_pb2
+from gpu_enricher.rpc._generated.podresources.v1 import api_pb2_grpc as v1_grpc
+from gpu_enricher.rpc._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
+from gpu_enricher.rpc._generated.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from gpu_enricher.sim.fake_kubelet.server import FakeKubelet
 
 GPU0 = "GPU-8a748984-0fe7-297f-916c-4b998ce202d1"

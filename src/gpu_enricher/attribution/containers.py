@@ -50,10 +50,27 @@ class RuntimeContainer:
 @dataclass(frozen=True, slots=True)
 class RuntimeContainers:
     """One answer of the runtime: its running containers that were given GPUs, in its order,
-    and the label of every running container by ID (those found through their processes)."""
+    and the label of every running container by ID and, where the runtime says it (containerd),
+    by cgroup path: those found through their processes."""
 
     containers: tuple[RuntimeContainer, ...] = ()
     names: Mapping[str, str] = field(default_factory=dict)
+    cgroups: Mapping[str, str] = field(default_factory=dict)
+    """A container's cgroup path (`/lab/trainer`, `/system.slice/nerdctl-<id>.scope`) → its
+    label: containerd's own IDs (`ctr run … trainer`) are not the 64-hex IDs a cgroup path
+    can be searched for, so its processes are found by their cgroup."""
+
+    def name_of(self, host: HostProcess) -> str | None:
+        """The label of the container a process outside any pod runs in, if the runtime lists
+        it: by the ID its cgroup names, else by the cgroup it sits in or under."""
+        if host.runtime_container is not None and host.runtime_container in self.names:
+            return self.names[host.runtime_container]
+        path = host.cgroup
+        while self.cgroups and path and path != "/":
+            if path in self.cgroups:
+                return self.cgroups[path]
+            path = path.rpartition("/")[0]
+        return None
 
 
 def _legacy_mig(token: str, node: NodeSnapshot) -> EntityKey | None:
@@ -98,11 +115,11 @@ def granted(request: GpuRequest, node: NodeSnapshot) -> list[EntityKey]:
     return keys
 
 
-def _who(host: HostProcess, names: Mapping[str, str]) -> Occupant | None:
+def _who(host: HostProcess, found: RuntimeContainers) -> Occupant | None:
     """The label that names a process in no pod: its container, else its user."""
     if host.container is not None:
         return None  # a pod's: the pod's labels name it
-    container = names.get(host.runtime_container or "")
+    container = found.name_of(host)
     if container is not None:
         return (LABEL_CONTAINER, container)
     if host.runtime_container is None and host.user is not None:
@@ -163,6 +180,6 @@ def outside_pods(found: RuntimeContainers | None,
     process on a machine people share)."""
     if processes is None:
         return {}
-    names = found.names if found is not None else {}
+    runtime = found if found is not None else RuntimeContainers()
     return {pid: who for pid, host in processes.processes.items()
-            if (who := _who(host, names)) is not None}
+            if (who := _who(host, runtime)) is not None}

@@ -92,6 +92,21 @@ def parse_runtime_container(text: str) -> str | None:
     return None
 
 
+def parse_cgroup_leaf(text: str) -> str | None:
+    """The cgroup a whole `/proc/<pid>/cgroup` file puts its process in: the unified (v2)
+    hierarchy's path, else the first v1 hierarchy's; None when every line says the root."""
+    first: str | None = None
+    for line in text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3 or parts[2] in ("", "/"):
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            return parts[2]
+        if first is None:
+            first = parts[2]
+    return first
+
+
 def parse_start_time(stat_text: str) -> int | None:
     """Field 22 of `/proc/<pid>/stat` (clock ticks after boot), or None if malformed.
 
@@ -239,12 +254,13 @@ class ProcReader:
             except OSError as exc:
                 self._classify(exc, errors)
                 name, complete = "", False
-            runtime = None
+            runtime = leaf = None
             try:
                 cgroup = _read_text("cgroup", dir_fd)
                 container = parse_cgroup(cgroup)
                 if container is None:
                     runtime = parse_runtime_container(cgroup)
+                    leaf = parse_cgroup_leaf(cgroup)
             except OSError as exc:
                 self._classify(exc, errors)
                 container, complete = None, False
@@ -253,7 +269,7 @@ class ProcReader:
             except OSError:
                 uid = None
             user = self.users.name(uid) if uid is not None else None
-            return HostProcess(pid, start_time, name, container, runtime, user), complete
+            return HostProcess(pid, start_time, name, container, runtime, user, leaf), complete
         finally:
             os.close(dir_fd)
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..model import AllocatableDevices, ClaimAllocation, PodAssignment
-from ._generated.podresources.v1 import api_pb2 as v1_pb2
-from ._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
-from .gil import GIL_PAUSE_SECONDS, GIL_SLICE_SECONDS, gil_pacer
+from ..rpc._generated.podresources.v1 import api_pb2 as v1_pb2
+from ..rpc._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
+from ..rpc.gil import GIL_PAUSE_SECONDS, GIL_SLICE_SECONDS, gil_pacer
 from .selection import NO_UNMATCHED, MayKeep, Select, UnmatchedIds, UnmatchedTally
 
 # protobuf ships no type information (types-protobuf is not a dependency): imported by name.

@@ -24,10 +24,11 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
+from ..rpc.answer import SOCKET_ERROR, SOCKET_MISSING, CallError, Message, release
+from ..rpc.wire import UnaryChannel
 from ..worker import BlockingWorker
 from .answers import AllocatableResult, DecodeError, ListResult, decode_allocatable, decode_list
 from .selection import MayKeep, Select
-from .wire import SOCKET_ERROR, SOCKET_MISSING, KubeletError, Message, UnaryChannel, release
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class PodResourcesClient:
                  max_receive_bytes: int = MAX_RECEIVE_BYTES) -> None:
         self.socket_path = socket_path
         self.timeout_seconds = timeout_seconds
-        self._channel = UnaryChannel(socket_path, max_receive_bytes)
+        self._channel = UnaryChannel(socket_path, max_receive_bytes, "the kubelet")
         self._v1_unimplemented = False
         self._worker = BlockingWorker("kubelet")
         self._listing: Future[object] | None = None
@@ -64,9 +65,9 @@ class PodResourcesClient:
         try:
             present = self.socket_path.exists()
         except OSError as exc:  # e.g. a root-only directory and a non-root exporter
-            raise KubeletError(SOCKET_ERROR, f"{self.socket_path}: {exc.strerror}") from None
+            raise CallError(SOCKET_ERROR, f"{self.socket_path}: {exc.strerror}") from None
         if not present:
-            raise KubeletError(SOCKET_MISSING, f"{self.socket_path} does not exist")
+            raise CallError(SOCKET_MISSING, f"{self.socket_path} does not exist")
         return self._channel.call(method, _EMPTY_REQUEST, self.timeout_seconds)
 
     def _fetch(self) -> tuple[Message, str]:
@@ -74,7 +75,7 @@ class PodResourcesClient:
         if not self._v1_unimplemented:
             try:
                 return self._unary(LIST_METHODS["v1"]), "v1"
-            except KubeletError as exc:
+            except CallError as exc:
                 if exc.code != "UNIMPLEMENTED":
                     raise
                 log.warning("the kubelet does not serve pod-resources v1; using v1alpha1")
@@ -91,7 +92,7 @@ class PodResourcesClient:
             return dataclasses.replace(result, cpu_seconds=time.thread_time() - started,
                                        answer_bytes=len(wire))
         except DecodeError as exc:
-            raise KubeletError("INTERNAL",
+            raise CallError("INTERNAL",
                                f"INTERNAL: the List answer does not parse: {exc}") from None
         finally:
             release(wire)
@@ -101,14 +102,14 @@ class PodResourcesClient:
             return None
         try:
             wire = self._unary(ALLOCATABLE_METHOD)
-        except KubeletError as exc:
+        except CallError as exc:
             if exc.code == "UNIMPLEMENTED":
                 return None
             raise
         try:
             return decode_allocatable(wire, select)
         except DecodeError as exc:
-            raise KubeletError("INTERNAL", "INTERNAL: the GetAllocatableResources answer does "
+            raise CallError("INTERNAL", "INTERNAL: the GetAllocatableResources answer does "
                                f"not parse: {exc}") from None
         finally:
             release(wire)

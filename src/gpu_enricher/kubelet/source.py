@@ -41,10 +41,10 @@ from ..model import (
     PodAssignment,
     SourceHealth,
 )
+from ..rpc.answer import SOCKET_MISSING, CallError
 from .answers import ListResult
 from .client import PodResourcesClient
 from .selection import NO_UNMATCHED, Select, UnmatchedIds, held_on, may_name_a_gpu
-from .wire import SOCKET_MISSING, KubeletError
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class KubeletSource:
         started = time.perf_counter()
         try:
             result = await self.client.list(select, self._may_keep)
-        except KubeletError as exc:
+        except CallError as exc:
             self._failed(exc, now)
             return False
         self._listed_node = node
@@ -160,7 +160,7 @@ class KubeletSource:
             return
         try:
             offered = await self.client.allocatable(select)
-        except KubeletError as exc:  # retried next cycle; the assignments stand
+        except CallError as exc:  # retried next cycle; the assignments stand
             self.errors[exc.code] += 1
             return
         self._allocatable_at, self._offered_node = now, node
@@ -217,7 +217,7 @@ class KubeletSource:
         # Once per answer, not per snapshot (two per pass): thousands of pods cost milliseconds.
         self._pod_age = {pod: self._lists - first for pod, first in self._first_list.items()}
 
-    def _failed(self, exc: KubeletError, now: float) -> None:
+    def _failed(self, exc: CallError, now: float) -> None:
         self.errors[exc.code] += 1
         self._up = False
         self._failures += 1

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..attribution.containers import GpuRequest
+from .reader import RuntimeFailure
 
 MAX_LABEL_BYTES: Final = 128
 SHORT_ID: Final = 12
@@ -24,8 +25,11 @@ _OWN_FILES: Final = re.compile(
     r"/([0-9a-f]{64})/(?:userdata/)?(?:hostname|hosts|resolv\.conf)\s")
 
 
-class EngineAnswerError(ValueError):
+class EngineAnswerError(RuntimeFailure):
     """An answer that is not the JSON the Engine API documents."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("answer", message)
 
 
 def decode(body: bytes, path: str) -> Any:
@@ -69,7 +73,9 @@ def _is_gpu_request(request: Mapping[str, Any]) -> bool:
                for c in group)
 
 
-def _visible_devices(env: Sequence[Any]) -> GpuRequest | None:
+def visible_devices(env: Sequence[Any]) -> GpuRequest | None:
+    """`NVIDIA_VISIBLE_DEVICES` in a container's environment (`NAME=value` entries) → the GPUs
+    it names (None: none, `none`, `void`, or no such variable)."""
     for entry in env:
         if isinstance(entry, str) and entry.startswith("NVIDIA_VISIBLE_DEVICES="):
             tokens = [t.strip() for t in entry.partition("=")[2].split(",")]
@@ -111,7 +117,7 @@ def _gpu_request(inspect: dict[str, Any]) -> GpuRequest | None:
         return None
     config = inspect.get("Config") or {}
     env = config.get("Env") or [] if isinstance(config, dict) else []
-    return _visible_devices(env if isinstance(env, list) else [])
+    return visible_devices(env if isinstance(env, list) else [])
 
 
 def own_container(mountinfo: str) -> str | None:

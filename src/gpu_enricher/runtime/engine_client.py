@@ -7,21 +7,18 @@ from typing import Any, Final
 import aiohttp
 
 from .engine import EngineAnswerError, decode
+from .reader import RuntimeFailure
 
 MAX_ANSWER_BYTES: Final = 10 << 20
 
 
-class EngineUnavailable(Exception):
+class EngineUnavailable(RuntimeFailure):
     """The socket is absent, refuses (permission) or closed mid-answer."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
-
-class EngineStatusError(Exception):
+class EngineStatusError(RuntimeFailure):
     def __init__(self, path: str, status: int) -> None:
-        super().__init__(f"the runtime answered HTTP {status} to GET {path}")
+        super().__init__("status", f"the runtime answered HTTP {status} to GET {path}")
         self.path, self.status = path, status
 
 

@@ -8,6 +8,6 @@ derived in `cluster_state.py`): a fake kubelet (`fake_kubelet/`) and a fake Kube
 /proc tree and log names in a temporary directory.
 
 May import: `model`, `config`, `files`, `strict_yaml`, `fields`, `health`, and from `kube` and
-`kubelet` only what speaks their APIs (parse halves, protobuf stubs). Imported by: the
+`rpc` only what speaks their APIs (parse halves, protobuf stubs). Imported by: the
 composition root only (`assembly`, `app`, `cli.main`).
 """

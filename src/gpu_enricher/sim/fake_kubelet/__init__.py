@@ -2,7 +2,7 @@
 socket from in-memory state, with grpc.aio (`server.py`), its answers built apart from the
 server (`answers.py`).
 
-May import: `model` and the stubs in `kubelet._generated`. Imported by: `sim.cluster`.
+May import: `model` and the stubs in `rpc._generated`. Imported by: `sim.cluster`.
 """
 
 import os

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ...kubelet._generated.podresources.v1 import api_pb2 as v1_pb2
-from ...kubelet._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from ...model import AllocatableDevices, ClaimAllocation, PodAssignment
+from ...rpc._generated.podresources.v1 import api_pb2 as v1_pb2
+from ...rpc._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 
 
 @dataclass(frozen=True, slots=True)

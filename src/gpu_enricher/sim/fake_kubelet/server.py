@@ -24,9 +24,9 @@ from typing import Any, NoReturn, Self
 
 import grpc
 
-from ...kubelet._generated.podresources.v1 import api_pb2 as v1_pb2
-from ...kubelet._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from ...model import AllocatableDevices, ClaimAllocation, PodAssignment
+from ...rpc._generated.podresources.v1 import api_pb2 as v1_pb2
+from ...rpc._generated.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from .answers import TokenBucket, allocatable_answer, list_answers
 
 # grpcio ships no type information, so its objects are Any to mypy; the aliases name them.

@@ -1,0 +1,143 @@
+"""containerd's gRPC API over its socket, read once per pass: every namespace, the running
+tasks in each, and each container not seen before (`Containers.Get`: its labels and spec do not
+change while its task runs, so one read per task, not per pass). Only reads. The calls run on
+a thread of the reader's own over `rpc`'s channel (no gRPC C core); containerd.py parses.
+
+One read at a time: a pass that gives up waiting leaves the read running on its thread, and the
+next pass takes its outcome instead of asking again, as the kubelet's client does.
+"""
+
+import asyncio
+import time
+from concurrent.futures import Future
+from functools import partial
+from pathlib import Path
+from typing import Final
+
+from ..attribution.containers import RuntimeContainer, RuntimeContainers
+from ..rpc.answer import CallError, Message, release
+from ..rpc.wire import UnaryChannel
+from ..worker import BlockingWorker
+from .containerd import (
+    DescribedContainer,
+    described,
+    get_request,
+    namespaces,
+    running_tasks,
+)
+from .reader import RuntimeFailure
+
+NAMESPACES: Final = "/containerd.services.namespaces.v1.Namespaces/List"
+TASKS: Final = "/containerd.services.tasks.v1.Tasks/List"
+GET: Final = "/containerd.services.containers.v1.Containers/Get"
+NAMESPACE_HEADER: Final = b"containerd-namespace"
+MAX_ANSWER_BYTES: Final = 10 << 20  # as the Engine API's bound
+MAX_GETS: Final = 256
+"""New containers read in one pass; a host starting more at once is named over passes."""
+DEADLINE_SECONDS: Final = 2.0
+
+_Task = tuple[str, str, int]
+"""(namespace, container ID, PID): a running task; a container started again has a new PID."""
+
+
+def _failure(exc: CallError) -> RuntimeFailure:
+    if isinstance(exc.__context__, PermissionError):
+        return RuntimeFailure("permission", str(exc))
+    if exc.code == "DEADLINE_EXCEEDED":
+        return RuntimeFailure("timeout", str(exc))
+    return RuntimeFailure("unavailable" if exc.code == "UNAVAILABLE" else "status", str(exc))
+
+
+def _taken(message: Message) -> bytes:
+    """The answer's bytes, its buffer given back (a large one is mapped memory)."""
+    try:
+        return bytes(message)
+    finally:
+        release(message)
+
+
+class ContainerdReader:
+    """Satisfies `RuntimeReader`."""
+
+    kind = "containerd"
+
+    def __init__(self, socket_path: str) -> None:
+        self._channel = UnaryChannel(Path(socket_path), MAX_ANSWER_BYTES, "containerd")
+        self._worker = BlockingWorker("containerd")
+        self._reading: Future[object] | None = None
+        self._described: dict[_Task, DescribedContainer | None] = {}
+        """Touched on the reader's thread only."""
+
+    # --- on the reader's thread ------------------------------------------------------------
+
+    def _ask(self, method: str, request: bytes, deadline: float, namespace: str = "",
+             ) -> Message:
+        """One call within what is left of the read's deadline; CallError as it failed."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CallError("DEADLINE_EXCEEDED", "containerd: no whole answer within "
+                            f"{DEADLINE_SECONDS:g}s")
+        metadata = [(NAMESPACE_HEADER, namespace.encode())] if namespace else []
+        return self._channel.call(method, request, left, metadata)
+
+    def _call(self, method: str, request: bytes, deadline: float, namespace: str = "",
+              ) -> bytes:
+        try:
+            return _taken(self._ask(method, request, deadline, namespace))
+        except CallError as exc:
+            raise _failure(exc) from None
+
+    def _describe(self, task: _Task, deadline: float) -> DescribedContainer | None:
+        namespace, container_id, _ = task
+        try:
+            wire = self._ask(GET, get_request(container_id), deadline, namespace)
+        except CallError as exc:
+            if exc.code == "NOT_FOUND":  # deleted between the list and the read
+                return None
+            raise _failure(exc) from None
+        return described(_taken(wire), container_id)
+
+    def _read_now(self, leave_out: str | None) -> RuntimeContainers:
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        tasks: list[_Task] = []
+        listing = self._call(NAMESPACES, b"", deadline)
+        for namespace in namespaces(listing):
+            answer = self._call(TASKS, b"", deadline, namespace)
+            tasks += [(namespace, cid, pid) for cid, pid in running_tasks(answer)
+                      if cid != leave_out]
+        live = set(tasks)
+        self._described = {t: d for t, d in self._described.items() if t in live}
+        for task in [t for t in tasks if t not in self._described][:MAX_GETS]:
+            # Kept as each answers: a read its deadline cut short is not lost.
+            self._described[task] = self._describe(task, deadline)
+        containers: list[RuntimeContainer] = []
+        names: dict[str, str] = {}
+        cgroups: dict[str, str] = {}
+        for task in tasks:
+            found = self._described.get(task)
+            if found is None:
+                continue
+            names[task[1]] = found.label
+            if found.cgroup is not None:
+                cgroups[found.cgroup] = found.label
+            if found.gpus is not None:
+                containers.append(RuntimeContainer(task[1], found.label, found.gpus))
+        return RuntimeContainers(tuple(containers), names, cgroups)
+
+    # --- on the event loop -----------------------------------------------------------------
+
+    async def read(self, leave_out: str | None) -> RuntimeContainers:
+        reading = self._reading
+        if reading is None or reading.cancelled():
+            reading = self._reading = self._worker.submit(partial(self._read_now, leave_out))
+        try:
+            result = await asyncio.wrap_future(reading)
+        finally:
+            if reading.done() and self._reading is reading:
+                self._reading = None
+        assert isinstance(result, RuntimeContainers)
+        return result
+
+    async def close(self) -> None:
+        self._channel.close()
+        self._worker.stop()

@@ -1,0 +1,30 @@
+"""What the source asks of a container runtime, whichever it is (`RuntimeReader`), and how
+asking can fail (`RuntimeFailure`). Pure: the readers are in `engine_reader.py` (Docker,
+Podman) and `containerd_client.py`."""
+
+from typing import Protocol
+
+from ..attribution.containers import RuntimeContainers
+
+
+class RuntimeFailure(Exception):
+    """The runtime could not be asked, or its answer is of no use. `reason` labels the count
+    (`gpu_enricher_collection_errors_total{source="containers",reason}`): unavailable,
+    permission, status, answer (timeout is the source's own)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class RuntimeReader(Protocol):
+    kind: str
+    """What answers on the socket: `engine` (Docker's Engine API, Podman's compatible one) or
+    `containerd`."""
+
+    async def read(self, leave_out: str | None) -> RuntimeContainers:
+        """The running containers (but `leave_out`, the exporter's own) and the GPUs each was
+        given. Raises RuntimeFailure; bounded by the caller's deadline."""
+        ...
+
+    async def close(self) -> None: ...
