@@ -1,13 +1,15 @@
 """What `--container-labels` costs a pass: the container source's refresh against a real dockerd
-(tests/runtime/dockerd.py: Debian's 20.10, its own roots, vfs), with N running containers, each
-given a GPU through NVIDIA_VISIBLE_DEVICES (issue 34).
+(tests/runtime/dockerd.py: Debian's 20.10, its own roots, vfs) or a real containerd
+(tests/runtime/containerd.py: Debian's 1.6, tasks made with ctr), with N running containers,
+each given a GPU through NVIDIA_VISIBLE_DEVICES (issue 34).
 
-    .venv/bin/python bench/runtime_refresh.py --containers 10,50,200 --refreshes 30
+    .venv/bin/python bench/runtime_refresh.py --runtime docker --containers 10,50,200
+    .venv/bin/python bench/runtime_refresh.py --runtime containerd --containers 10,50,200
 
-For each N: the first refresh (the list and N inspects), then steady refreshes (the list only:
-a container is inspected once), wall time and the CPU of this process (the exporter's side),
-medians; and the snapshot's container count, so a refresh that named nothing cannot pass.
-Needs root (dockerd). Prints a markdown table on stdout.
+For each N: the first refresh (the kind probed, the list and N inspects or `Containers.Get`s),
+then steady refreshes (the list only: a container is read once), wall time and the CPU of this
+process, every thread (the exporter's side), medians; and the snapshot's container count, so a
+refresh that named nothing cannot pass. Needs root. Prints a markdown table on stdout.
 """
 
 from __future__ import annotations
@@ -24,7 +26,45 @@ from _common import ROOT, median
 sys.path.insert(0, str(ROOT))
 
 from gpu_enricher.runtime.source import ContainerSource
+from tests.runtime.containerd import Containerd
 from tests.runtime.dockerd import Dockerd
+
+
+class _Runtime:
+    """What the bench needs of either: start, a container given a GPU, its socket, stop."""
+
+    def __init__(self, kind: str) -> None:
+        self.docker = Dockerd() if kind == "docker" else None
+        self.containerd = Containerd() if kind == "containerd" else None
+
+    @property
+    def socket(self) -> Path:
+        return self.docker.socket if self.docker else self._containerd().socket
+
+    def _containerd(self) -> Containerd:
+        assert self.containerd is not None
+        return self.containerd
+
+    def start(self) -> None:
+        if self.docker is not None:
+            self.docker.start()
+            with tempfile.TemporaryDirectory() as work:
+                self.docker.import_image(Path(work))
+        else:
+            self._containerd().start()
+
+    def run(self, number: int) -> None:
+        env = [f"NVIDIA_VISIBLE_DEVICES={number % 8}"]
+        if self.docker is not None:
+            self.docker.run(f"c{number}", env)
+        else:
+            self._containerd().run("bench", f"c{number}", env)
+
+    def stop(self) -> None:
+        if self.docker is not None:
+            self.docker.stop()
+        else:
+            self._containerd().stop()
 
 
 async def measure(socket: Path, refreshes: int) -> tuple[float, float, list[float], list[float],
@@ -47,19 +87,18 @@ async def measure(socket: Path, refreshes: int) -> tuple[float, float, list[floa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runtime", choices=("docker", "containerd"), default="docker")
     parser.add_argument("--containers", default="10,50,200")
     parser.add_argument("--refreshes", type=int, default=30)
     args = parser.parse_args()
-    engine = Dockerd()
+    engine = _Runtime(args.runtime)
     rows = []
     try:
         engine.start()
-        with tempfile.TemporaryDirectory() as work:
-            engine.import_image(Path(work))
         running = 0
         for target in (int(n) for n in args.containers.split(",")):
             while running < target:
-                engine.run(f"c{running}", [f"NVIDIA_VISIBLE_DEVICES={running % 8}"])
+                engine.run(running)
                 running += 1
             first_wall, first_cpu, walls, cpus, named = asyncio.run(
                 measure(engine.socket, args.refreshes))

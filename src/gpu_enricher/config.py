@@ -73,7 +73,7 @@ class Config:
     naming: str = "classic"  # --naming: the bundled list's names, classic or dcgm-exporter 4.9's
     startup_label_wait_ms: int = 2000  # the first picture waits for the labelling sources
     container_labels: bool = False  # --container-labels: series copied per runtime container
-    container_runtime_socket: str = DEFAULT_RUNTIME_SOCKET  # a Docker-compatible Engine API
+    container_runtime_socket: str = DEFAULT_RUNTIME_SOCKET  # an Engine API's, or containerd's
 
     @property
     def kube_api(self) -> bool:

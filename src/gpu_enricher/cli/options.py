@@ -180,8 +180,10 @@ OPTIONS: Final = (
            "passwd: --proc-root); a series whose pod names its container (-k) is left alone "
            "(docs/containers.md)"),
     Option("container-runtime-socket", None, str,
-           "the Docker-compatible Engine API --container-labels asks (Docker, or Podman's "
-           f"service socket); only reads (default {DEFAULT_RUNTIME_SOCKET})", "PATH"),
+           "the container runtime --container-labels asks, whichever answers there: a "
+           "Docker-compatible Engine API (Docker, Podman's service socket) or containerd's "
+           "gRPC API (/run/containerd/containerd.sock: every namespace); only reads "
+           f"(default {DEFAULT_RUNTIME_SOCKET})", "PATH"),
     Option("kubeconfig", None, Path,
            "kubeconfig for the Kubernetes API outside a cluster (default: in-cluster, else "
            "$KUBECONFIG)", "PATH"),

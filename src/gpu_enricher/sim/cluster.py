@@ -40,6 +40,7 @@ from .node import Scenario
 
 if TYPE_CHECKING:
     from .fake_api.server import FakeKubeApi
+    from .fake_containerd import FakeContainerd
     from .fake_engine import FakeEngine
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,18 @@ class SimulatedCluster:
             self.log_root = self.directory / "log"
             (self.log_root / "pods").mkdir(parents=True)  # as a node's, even without pods
             _sync_log_names(self.log_root, (), log_names(scenario))
-            self.engine: FakeEngine | None = None
-            if scenario.containers:  # a Docker host: its Engine API, for --container-labels
+            self.engine: FakeEngine | FakeContainerd | None = None
+            if any(c.namespace is not None for c in scenario.containers):  # containerd's API
+                from .fake_containerd import FakeContainerd as Containerd
+
+                pids: dict[str, int] = {}  # a container's task: its first GPU process
+                for gpu in scenario.gpus:
+                    for process in gpu.processes:
+                        if process.docker is not None:
+                            pids.setdefault(process.docker, process.pid)
+                self.engine = Containerd(self.directory / "containerd.sock",
+                                         scenario.containers, pids)
+            elif scenario.containers:  # a Docker host: its Engine API, for --container-labels
                 from .fake_engine import FakeEngine as Engine
 
                 self.engine = Engine(self.directory / "docker.sock", scenario.containers)

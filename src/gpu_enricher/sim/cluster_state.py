@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Mapping
 
 from ..model import ClaimAllocation, PodMeta, SliceDevice
-from .node import Scenario, SimProcess, docker_id, mig_uuid
+from .node import Scenario, SimContainer, SimProcess, mig_uuid
 
 BOOT_TICKS = 4_200_000  # a start time far after boot, the same every run
 
@@ -79,10 +79,11 @@ def slice_devices(scenario: Scenario, pool: str) -> tuple[SliceDevice, ...]:
     return tuple(devices.values())
 
 
-def _cgroup_line(process: SimProcess, pods: Mapping[tuple[str, str], PodMeta]) -> str:
+def _cgroup_line(process: SimProcess, pods: Mapping[tuple[str, str], PodMeta],
+                 containers: Mapping[str, SimContainer]) -> str:
     """containerd with the systemd driver on cgroup v2, as on EKS (cgroup-paths.md)."""
-    if process.docker is not None:  # a Docker host, the systemd driver
-        return f"0::/system.slice/docker-{docker_id(process.docker)}.scope\n"
+    if process.docker is not None:  # a Docker host's (the systemd driver) or containerd's
+        return f"0::{containers[process.docker].cgroup}\n"
     meta = pods.get(process.pod) if process.pod is not None else None
     if meta is None:
         return "0::/system.slice/gpu-burn.service\n"
@@ -97,6 +98,7 @@ def proc_files(scenario: Scenario) -> dict[str, str]:
     """`<pid>/stat`, `<pid>/comm`, `<pid>/cgroup`, `<pid>/status` for every simulated GPU
     process, and the passwd that names their users (root 0, people from 1000)."""
     pods = {(p.namespace, p.name): p for p in pod_metas(scenario)}
+    containers = {c.name: c for c in scenario.containers}
     people = sorted({p.user for gpu in scenario.gpus for p in gpu.processes} - {"root"})
     users = {"root": 0, **{name: 1000 + n for n, name in enumerate(people)}}
     files: dict[str, str] = {}
@@ -107,7 +109,7 @@ def proc_files(scenario: Scenario) -> dict[str, str]:
             fields = ["S", "1", str(proc.pid), str(proc.pid), *["0"] * 15, start]
             files[f"{proc.pid}/stat"] = f"{proc.pid} ({proc.name}) {' '.join(fields)} 0 0\n"
             files[f"{proc.pid}/comm"] = proc.name + "\n"
-            files[f"{proc.pid}/cgroup"] = _cgroup_line(proc, pods)
+            files[f"{proc.pid}/cgroup"] = _cgroup_line(proc, pods, containers)
             uid = users[proc.user]
             files[f"{proc.pid}/status"] = f"Name:\t{proc.name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
     # The host's passwd as the exporter reads it through the host's root (attribution/users.py).

@@ -94,12 +94,22 @@ class SimPod:
 
 @dataclass(frozen=True, slots=True)
 class SimContainer:
-    """A container a Docker host runs (its fake Engine API serves it, `--container-labels`)."""
+    """A container a Docker host runs (its fake Engine API serves it, `--container-labels`), or
+    a containerd host (`runtime: containerd`: its fake containerd serves it)."""
 
     container_id: str
     name: str
     env: tuple[str, ...] = ()  # `NVIDIA_VISIBLE_DEVICES=…`, as the nvidia runtime reads it
     device_requests: tuple[Mapping[str, object], ...] = ()  # what `docker run --gpus` sends
+    namespace: str | None = None
+    """containerd's namespace; None on a Docker host."""
+
+    @property
+    def cgroup(self) -> str:
+        """Where its processes run: Docker's systemd scope, or ctr's `/<namespace>/<id>`."""
+        if self.namespace is None:
+            return f"/system.slice/docker-{self.container_id}.scope"
+        return f"/{self.namespace}/{self.container_id}"
 
 
 @dataclass(slots=True, eq=False)

@@ -61,7 +61,7 @@ _PROCESS_KEYS: Final = frozenset({"pid", "used_memory_mib", "gi", "name", "pod",
 _PROCESS_TYPES: Final = ("compute", "graphics", "mps")
 """NVML's lists; the MPS server is a compute process named `nvidia-cuda-mps-server`."""
 _TOP_KEYS: Final = frozenset({"seed", "gpus", "driver_version", "period_seconds", "pods",
-                              "churn", "containers"})
+                              "churn", "containers", "runtime"})
 
 # A GPU instance profile: compute slices, then memory (1g.10gb, 1g.10gb+me, 3g.40gb).
 _PROFILE = re.compile(r"([1-9])g\.[0-9]+gb\S*")
@@ -289,7 +289,7 @@ def load_scenario(path: Path) -> Scenario:
     return parse_scenario(decode_yaml(read_text(path), str(path)), str(path))
 
 
-BUNDLED: Final = {"docker-host": "docker-host.yaml"}
+BUNDLED: Final = {"docker-host": "docker-host.yaml", "containerd-host": "containerd-host.yaml"}
 """Scenarios shipped beside the built-in one, by the name `--simulate NAME` gives them."""
 
 

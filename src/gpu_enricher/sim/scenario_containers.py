@@ -1,6 +1,6 @@
 """A scenario's `containers:` entries (sim/scenario.py reads the rest): the containers of a
-Docker host, as its Engine API describes them, given GPUs the ways `docker run` gives them.
-Pure.
+Docker host, as its Engine API describes them, given GPUs the ways `docker run` gives them; or,
+with `runtime: containerd`, of a containerd host, in its namespaces. Pure.
 
     containers:
       - {name: trainer, visible_devices: "GPU-…"}   # the nvidia runtime's variable
@@ -9,15 +9,32 @@ Pure.
       - {name: counted, count: 1}                   # --gpus 1: named by its processes
     gpus:
       - processes: [{pid: 4100, docker: counted}]   # a process of that container, on GPU 0
+
+    runtime: containerd
+    containers:
+      - {name: trainer, nerdctl: true, visible_devices: "0"}  # nerdctl run: a 64-hex ID
+      - {name: batch, namespace: lab}                         # ctr -n lab run … batch
 """
 
 from collections.abc import Sequence
 from typing import Any, Final
 
 from .node import SimContainer, SimGpu, docker_id
-from .scenario_values import At, as_int, as_list, as_mapping, as_text, check_keys, opt_text
+from .scenario_values import (
+    At,
+    as_bool,
+    as_int,
+    as_list,
+    as_mapping,
+    as_text,
+    check_keys,
+    opt,
+    opt_text,
+)
 
 _KEYS: Final = frozenset({"name", "visible_devices", "gpus", "count"})
+_CONTAINERD_KEYS: Final = frozenset({"name", "visible_devices", "namespace", "nerdctl"})
+RUNTIMES: Final = ("docker", "containerd")
 
 
 def _request(device_ids: list[str], count: int) -> dict[str, object]:
@@ -25,9 +42,9 @@ def _request(device_ids: list[str], count: int) -> dict[str, object]:
             "Options": {}}
 
 
-def container_entry(raw: Any, at: At) -> SimContainer:
+def container_entry(raw: Any, at: At, runtime: str = "docker") -> SimContainer:
     spec = as_mapping(raw, at)
-    check_keys(spec, _KEYS, at)
+    check_keys(spec, _CONTAINERD_KEYS if runtime == "containerd" else _KEYS, at)
     name = opt_text(spec, at, "name", "", as_text)
     if not name:
         raise at.field(spec, "name").error("required")
@@ -35,6 +52,11 @@ def container_entry(raw: Any, at: At) -> SimContainer:
     if "visible_devices" in spec:
         devices = as_text(spec["visible_devices"], at.field(spec, "visible_devices"), empty=True)
         env = (f"NVIDIA_VISIBLE_DEVICES={devices}",)
+    if runtime == "containerd":
+        # ctr names a container by its ID; nerdctl gives it a 64-hex ID and its name as a label.
+        nerdctl = opt(spec, at, "nerdctl", False, as_bool)
+        return SimContainer(docker_id(name) if nerdctl else name, name, env,
+                            namespace=opt_text(spec, at, "namespace", "default", as_text))
     requests: list[dict[str, object]] = []
     gpus_at = at.field(spec, "gpus")
     if spec.get("gpus") == "all":
@@ -51,9 +73,14 @@ def container_entry(raw: Any, at: At) -> SimContainer:
 def container_entries(top: Any, at: At, gpus: Sequence[tuple[SimGpu, tuple[At, ...]]],
                       ) -> tuple[SimContainer, ...]:
     """The entries, each name once; a GPU process's `docker:` names one of them."""
+    runtime = opt_text(top, at, "runtime", "docker", as_text)
+    if runtime not in RUNTIMES:
+        raise at.field(top, "runtime").error(f"expected one of {', '.join(RUNTIMES)}, got "
+                                             f"{runtime!r}")
     containers_at = at.field(top, "containers")
     raw = as_list(top.get("containers"), containers_at)
-    found = tuple(container_entry(c, containers_at.item(raw, i)) for i, c in enumerate(raw))
+    found = tuple(container_entry(c, containers_at.item(raw, i), runtime)
+                  for i, c in enumerate(raw))
     names = [c.name for c in found]
     for i, name in enumerate(names):
         if name in names[:i]:
