@@ -82,3 +82,19 @@ def test_mig_with_gpm_per_instance_weighs_the_slices_by_each_instance_s_activity
                                  values={"DCGM_FI_PROF_SM_ACTIVE": 0.0})
     split = pass_split(gpu, [on(idle_instances, 10, 0)], TABLE, {}, baseline_watts=100.0)
     assert split == {IDLE: 1.0}, "measured idle: the power above the baseline is the GPU's own"
+
+
+def test_outside_pods_a_container_or_person_pays_for_what_it_used_and_what_it_occupies() -> None:
+    """A host without Kubernetes (issue 34): the process of a container, or of a person, pays
+    as them; the idle part goes to the GPU's occupants by their share."""
+    gpu = _gpu(0, {POWER: 400.0})
+    procs = [_proc(gpu, 900, None, 0.6), _proc(gpu, 901, None, 0.2)]
+    outside = {900: ("container", "notebook"), 901: ("user", "alice")}
+    occupied = {(0, None): [(("container", "notebook"), 0.5), (("user", "alice"), 0.5)]}
+    split = pass_split(gpu, procs, TABLE, {}, 100.0, outside, occupied)
+    # Active 3/4 by SM share (0.6 : 0.2); idle 1/4 split evenly between the two occupants.
+    expected: dict[Payer, float] = {("container", "notebook", None): 0.75 * 0.75 + 0.125,
+                                    ("user", "alice", None): 0.75 * 0.25 + 0.125}
+    assert split.keys() == expected.keys(), "nothing left to `host` or `idle`"
+    assert all(abs(split[k] - v) < 1e-12 for k, v in expected.items())
+    assert abs(sum(split.values()) - 1.0) < 1e-12

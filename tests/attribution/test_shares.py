@@ -6,7 +6,12 @@ from hypothesis import strategies as st
 
 from gpu_enricher.attribution.claims import claim_holders, merged
 from gpu_enricher.attribution.devices import Attribution, attribute
-from gpu_enricher.attribution.shares import held_shares, offered_replicas
+from gpu_enricher.attribution.shares import (
+    held_shares,
+    occupant_holdings,
+    occupant_shares,
+    offered_replicas,
+)
 from gpu_enricher.model import (
     AllocatableDevices,
     ClaimAccess,
@@ -142,3 +147,20 @@ def test_the_shares_on_a_device_never_add_up_to_more_than_the_device(
         total += sum(on_device.values())
     # A tenant's share is the sum of what it holds on each device.
     assert abs(sum(held_shares(gpus, attribution, replicas).values()) - total) < 1e-9
+
+
+def test_occupants_share_the_devices_no_pod_holds_evenly() -> None:
+    """A host without Kubernetes (issue 34): each device's occupants split its share; a MIG
+    GPU counts by its instances, never also whole; a device a pod holds is the pod's."""
+    def gpu(index: int, *instances: GpuInstance) -> GpuSnapshot:
+        return GpuSnapshot(DeviceIdentity(index, f"GPU-{index}", f"0000:0{index}:00.0", "H100"),
+                           mig_enabled=bool(instances), instances=instances)
+
+    gpus = (gpu(0), gpu(1, GpuInstance(3, 0, "3g.40gb", "MIG-3", slices=3, gpu_slices=7)),
+            gpu(2))
+    nb, alice, web = ("container", "notebook"), ("user", "alice"), ("container", "web")
+    holdings = occupant_holdings(gpus, {
+        (0, None): (nb, alice), (1, None): (web,), (1, 3): (web,), (2, None): (nb,)},
+        held={(2, None)})
+    assert holdings == {(0, None): [(nb, 0.5), (alice, 0.5)], (1, 3): [(web, 3 / 7)]}
+    assert occupant_shares(holdings) == {nb: 0.5, alice: 0.5, web: 3 / 7}

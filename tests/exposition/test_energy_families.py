@@ -57,3 +57,16 @@ def test_a_view_shows_new_values_and_new_series_once_told() -> None:
     assert shown() == {"web": 7.5, "db": 0.0}
     assert [f.samples for f in view.families([account], members)] == \
         [f.samples for f in energy_families([account])], "as labelled afresh"
+
+
+def test_containers_and_people_outside_pods_have_series_of_their_own() -> None:
+    """A host without Kubernetes (issue 34): `container` alone, or `user`, in the same family."""
+    account = EnergyAccount(0, "GPU-a", {3: "1g.10gb"}, {
+        ("container", "notebook", None): 40.0, ("user", "alice", 3): 2.5, "idle": 1.0})
+    body = render_text(energy_families([account])).decode()
+    found = {tuple(sorted(s.labels.items())): s.value
+             for s in samples(body, "gpu_enricher_pod_energy_joules_total")}
+    assert found == {
+        (("UUID", "GPU-a"), ("container", "notebook"), ("gpu", "0")): 40.0,
+        (("GPU_I_ID", "3"), ("GPU_I_PROFILE", "1g.10gb"), ("UUID", "GPU-a"), ("gpu", "0"),
+         ("user", "alice")): 2.5}

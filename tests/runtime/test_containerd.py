@@ -17,7 +17,7 @@ from tests.app.fault_helpers import Process, fetch, nvml_env, until
 from tests.app.test_process import Exporter
 from tests.app.test_process import exporters as exporters  # the fixture
 from tests.runtime.containerd import Containerd
-from tests.runtime.test_docker import NOBODY_NAME, SOURCE_UP, UUID0, temp
+from tests.runtime.test_docker import NOBODY_NAME, SOURCE_UP, UUID0, copied, temp
 from tests.runtime.test_docker import person as person  # the fixture
 from tests.samples import value
 
@@ -60,16 +60,18 @@ async def test_containerd_tasks_name_their_series(
                  container="counted") == 512 * 2**20, "its process is named with it"
     assert value(body, "gpu_enricher_process_memory_used_bytes", pid=str(person.pid),
                  user=NOBODY_NAME) == 256 * 2**20, "a person's process: its user, by name"
+    assert value(body, "gpu_enricher_pod_gpu_seconds_total", container="counted") is not None, \
+        "GPU time per container"
 
     await asyncio.to_thread(containerd.remove, "default", TRAINER_ID)
-    body = await until(exp, lambda b: 'container="trainer"' not in b)
+    body = await until(exp, lambda b: not copied(b, "trainer"))
     assert temp(body, 1, "indexer")
 
     await asyncio.to_thread(containerd.stop)
     body = await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 0)
     assert value(body, "gpu_enricher_collection_errors_total", source="containers",
                  reason="unavailable")
-    body = await until(exp, lambda b: 'container="indexer"' not in b)
+    body = await until(exp, lambda b: not copied(b, "indexer"))
     status, body = await fetch(exp)
     assert status == 200 and temp(body, 0) and temp(body, 1)
     code, err = exp.stop()

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_enricher.sim.scenario import builtin_scenario, load_scenario
 from gpu_enricher.sim.scenario_values import ScenarioError
-from tests.app.fault_helpers import fetch
+from tests.app.fault_helpers import fetch, until
 from tests.app.test_process import Exporter
 from tests.app.test_process import exporters as exporters  # the fixture
 from tests.samples import value
@@ -47,6 +47,14 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
                  user="alice") == 12000 * 2**20, "a person's process: its user"
     assert value(body, "gpu_enricher_source_up", source="containers") == 1
     assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
+    # Chargeback per container and person: GPU time of what each occupies, energy of it.
+    body = await until(exp, lambda b: (value(b, "gpu_enricher_pod_gpu_seconds_total",
+                                             user="alice") or 0) > 0.2)
+    for name in ("vllm-llama", "embedder", "notebook"):
+        assert value(body, "gpu_enricher_pod_gpu_seconds_total", container=name) > 0
+        assert value(body, "gpu_enricher_pod_energy_joules_total", container=name) is not None
+    assert value(body, "gpu_enricher_pod_energy_joules_total", gpu="3", user="alice") \
+        is not None
     status, answer = await fetch(exp, "/api/v1/gpus")
     gpus = json.loads(answer)["gpus"]
     assert [(g["containers"], g["users"]) for g in gpus] == [

@@ -14,20 +14,38 @@ them to the GPU's own energy counter, so the counters add up to what the GPU con
   to the MPS clients on the GPU by their memory, or to `unknown` when none is seen.
 - **Idle** (the rest) goes to the holders by their share of the GPU (attribution/shares.py),
   the part nobody holds to `idle`.
-- A process in no container pays as `host`; one we cannot attribute as `unknown`.
+- A process in no container pays as `host`; one we cannot attribute as `unknown`. On a host
+  without Kubernetes, a process outside any pod pays as its container or its person
+  (attribution/containers.py `outside_pods`), and a GPU no pod holds has its idle energy split
+  between its occupants as its GPU time is (attribution/shares.py `occupant_holdings`).
 """
 
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Final, TypeGuard
 
 from ..model import GpuSnapshot, ProcessTable
+from .containers import Occupant
 from .devices import EntityKey, Holder
 from .workloads import MPS_SERVER, GpuProcess
 
 PodPayer = tuple[str, str, str, int | None]
 """(namespace, pod, container, GPU instance ID or None): one pod's energy series on a GPU."""
-Payer = PodPayer | str
-"""A pod, or a reason: `idle`, `host` or `unknown`."""
+OccupantPayer = tuple[str, str, int | None]
+"""(`container` or `user`, its name, GPU instance ID or None): without Kubernetes."""
+Payer = PodPayer | OccupantPayer | str
+"""A pod, a container or person outside pods, or a reason: `idle`, `host` or `unknown`."""
+POD_PAYER_FIELDS: Final = 4
+Outside = Mapping[int, Occupant]
+"""PID → who runs a process outside any pod (attribution/containers.py `outside_pods`)."""
+NOBODY_OUTSIDE: Final[Outside] = {}
+
+
+def is_pod_payer(payer: Payer) -> TypeGuard[PodPayer]:
+    return isinstance(payer, tuple) and len(payer) == POD_PAYER_FIELDS
+
+
+def is_occupant_payer(payer: Payer) -> TypeGuard[OccupantPayer]:
+    return isinstance(payer, tuple) and len(payer) == POD_PAYER_FIELDS - 1
 
 IDLE: Final = "idle"
 HOST: Final = "host"
@@ -50,10 +68,13 @@ def active_fraction(power_watts: float | None, baseline_watts: float | None) -> 
     return min(1.0, max(0.0, (power_watts - baseline_watts) / power_watts))
 
 
-def _payer(proc: GpuProcess, table: ProcessTable) -> Payer:
+def _payer(proc: GpuProcess, table: ProcessTable, outside: Outside) -> Payer:
     if proc.workload is not None:
         return (proc.workload.namespace, proc.workload.pod, proc.workload.container,
                 proc.key[1])
+    who = outside.get(proc.sample.pid)
+    if who is not None:
+        return (*who, proc.key[1])
     host = table.processes.get(proc.sample.pid)
     return HOST if host is not None and host.container is None else UNKNOWN
 
@@ -86,7 +107,8 @@ def instance_activity(users: Iterable[GpuProcess]) -> dict[int, float] | None:
     return found
 
 
-def used_weights(processes: Iterable[GpuProcess], table: ProcessTable) -> dict[Payer, float]:
+def used_weights(processes: Iterable[GpuProcess], table: ProcessTable,
+                 outside: Outside = NOBODY_OUTSIDE) -> dict[Payer, float]:
     """Each payer's weight in the active energy of one GPU (not normalised)."""
     procs = list(processes)
     weights: dict[Payer, float] = {}
@@ -95,13 +117,13 @@ def used_weights(processes: Iterable[GpuProcess], table: ProcessTable) -> dict[P
         for proc in procs:
             sm = proc.sample.sm_utilization or 0.0
             if proc.sample.kind != MPS_SERVER:
-                payer = _payer(proc, table)
+                payer = _payer(proc, table, outside)
                 weights[payer] = weights.get(payer, 0.0) + sm
             elif clients:  # the server runs the clients' kernels
                 memory = [float(c.sample.used_memory_bytes or 0) for c in clients]
                 total = sum(memory)
                 for client, used in zip(clients, memory, strict=True):
-                    _add(weights, _payer(client, table),
+                    _add(weights, _payer(client, table, outside),
                          sm * (used / total if total else 1 / len(clients)))
             else:
                 _add(weights, UNKNOWN, sm)
@@ -115,17 +137,19 @@ def used_weights(processes: Iterable[GpuProcess], table: ProcessTable) -> dict[P
         share = _slice_share(proc)
         if activity is not None and proc.instance is not None:
             share *= activity[proc.instance.gpu_instance_id]
-        _add(weights, _payer(proc, table), share / per_entity[proc.key])
+        _add(weights, _payer(proc, table, outside), share / per_entity[proc.key])
     return weights
 
 
 def pass_split(gpu: GpuSnapshot, processes: Iterable[GpuProcess], table: ProcessTable,
                holdings: Mapping[EntityKey, list[tuple[Holder, float]]],
-               baseline_watts: float | None) -> dict[Payer, float]:
+               baseline_watts: float | None, outside: Outside = NOBODY_OUTSIDE,
+               occupied: Mapping[EntityKey, list[tuple[Occupant, float]]] | None = None,
+               ) -> dict[Payer, float]:
     """Fractions of this GPU's energy over this pass, per payer; they add up to 1."""
     split: dict[Payer, float] = {}
     active = active_fraction(reading(gpu, POWER_FIELD), baseline_watts)
-    weights = used_weights(processes, table)
+    weights = used_weights(processes, table, outside)
     used = sum(weights.values())
     if used <= 0:
         active = 0.0  # nothing measurably runs: power above the baseline is the GPU's own
@@ -142,6 +166,12 @@ def pass_split(gpu: GpuSnapshot, processes: Iterable[GpuProcess], table: Process
         for holder, share in parts:  # a full node: ~110 holders a pass over its GPUs
             payer = (holder.namespace, holder.pod, holder.container, instance_id)
             split[payer] = split.get(payer, 0.0) + idle * share
+            held += share
+    for (gpu_index, instance_id), occupants in (occupied or {}).items():
+        if gpu_index != index:
+            continue
+        for occupant, share in occupants:
+            _add(split, (*occupant, instance_id), idle * share)
             held += share
     if held < 1.0:
         _add(split, IDLE, idle * (1.0 - held))

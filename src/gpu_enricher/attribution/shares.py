@@ -13,12 +13,17 @@
   Admin-access claims are monitors and never in the holders here.
 
 The shares on one device never add up to more than the device.
+
+On a host without Kubernetes (`--container-labels`, issue 34), a device no pod holds is split
+evenly between its occupants (attribution/containers.py: the containers given it, then the
+containers and people using it), each a share of the device.
 """
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
 from ..model import AllocatableDevices, GpuSnapshot
+from .containers import Occupant, Occupants
 from .devices import (
     Attribution,
     EntityKey,
@@ -31,6 +36,8 @@ from .devices import (
 
 Tenant = tuple[str, str, str, str]
 """(namespace, pod, container, resource): one series of GPU time."""
+OccupantHoldings = dict[EntityKey, list[tuple[Occupant, float]]]
+"""Per GPU or MIG instance no pod holds: each occupant and its share of the whole GPU."""
 
 NO_REPLICAS: Final[Mapping[EntityKey, int]] = {}
 
@@ -122,4 +129,28 @@ def tenant_shares(holdings: Holdings) -> dict[Tenant, float]:
         for h, share in parts:
             tenant = (h.namespace, h.pod, h.container, h.resource)
             shares[tenant] = shares.get(tenant, 0.0) + share
+    return shares
+
+
+def occupant_holdings(gpus: Sequence[GpuSnapshot], occupied: Occupants,
+                      held: Collection[EntityKey] = ()) -> OccupantHoldings:
+    """Each device's occupants with their share of a whole GPU: the device's share split evenly
+    between them. A device a pod holds (`held`) is the pod's; a MIG GPU is counted by its
+    instances, not also whole (their occupants include the GPU's)."""
+    by_index = {gpu.identity.index: gpu for gpu in gpus}
+    holdings: OccupantHoldings = {}
+    for key, found in occupied.items():
+        gpu = by_index.get(key[0])
+        if not found or key in held or gpu is None or (key[1] is None and gpu.instances):
+            continue
+        share = device_share(by_index, key) / len(found)
+        holdings[key] = [(occupant, share) for occupant in found]
+    return holdings
+
+
+def occupant_shares(holdings: OccupantHoldings) -> dict[Occupant, float]:
+    shares: dict[Occupant, float] = {}
+    for parts in holdings.values():
+        for occupant, share in parts:
+            shares[occupant] = shares.get(occupant, 0.0) + share
     return shares

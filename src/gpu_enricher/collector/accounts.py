@@ -3,7 +3,9 @@
 each render its inputs and the pure join's outputs; the accounts step and give their families.
 """
 
-from ..attribution.energy import ENERGY_FIELD, POWER_FIELD
+from ..attribution.containers import Occupant
+from ..attribution.energy import ENERGY_FIELD, POWER_FIELD, is_pod_payer
+from ..attribution.shares import Tenant, occupant_shares
 from ..exposition.chargeback import EnergyView, gpu_seconds_family, host_pairs
 from ..exposition.query import GpuSeconds, Joules
 from ..exposition.render import Family
@@ -19,7 +21,8 @@ class PodAccounts:
         # A step is bounded by two intervals: a gap is not billed beyond what was seen.
         self._max_step = 2 * interval_seconds
         self._process_metrics = process_metrics
-        self._gpu_time = Ledger()  # GPU-seconds per pod since start (-k)
+        self._gpu_time: Ledger[Tenant] = Ledger()  # GPU-seconds per pod since start (-k)
+        self._occupied_time: Ledger[Occupant] = Ledger()  # per container, person (issue 34)
         self._energy = EnergyBook(self._max_step)  # joules per pod, once per NVML pass
         self._energy_node: NodeSnapshot | None = None
         self._host = host_pairs(hostname, drop_labels)  # on these series too (issue 32)
@@ -35,16 +38,22 @@ class PodAccounts:
 
     def families(self, inputs: CycleInputs, joined: CycleOutputs) -> list[Family]:
         families: list[Family] = []
-        if joined.shares is not None:
-            self._gpu_time = accumulate(self._gpu_time, joined.shares, inputs.now,
+        if joined.shares is not None or inputs.containers is not None:
+            # Pods' holdings (-k), and on hosts without Kubernetes (--container-labels) the
+            # occupants of the devices no pod holds (issue 34).
+            self._gpu_time = accumulate(self._gpu_time, joined.shares or {}, inputs.now,
                                         self._max_step)
-            families.append(gpu_seconds_family(self._gpu_time.totals, self._host))
+            self._occupied_time = accumulate(self._occupied_time,
+                                             occupant_shares(joined.occupied), inputs.now,
+                                             self._max_step)
+            families.append(gpu_seconds_family(self._gpu_time.totals, self._host,
+                                               self._occupied_time.totals))
         if self._process_metrics and inputs.node is not None:
             if inputs.node is not self._energy_node:  # a render without a new pass adds nothing
                 self._energy_node = inputs.node
                 self._energy.step(inputs.node, joined.processes,
                                   inputs.processes or ProcessTable(), joined.holdings or {},
-                                  inputs.now)
+                                  inputs.now, joined.outside, joined.occupied)
             if self._energy_shown is None or self._energy_shown[0] != self._energy.revision:
                 self._energy_shown = (self._energy.revision, self._energy_view.families(
                     self._energy.accounts(), self._energy.members))
@@ -56,6 +65,6 @@ class PodAccounts:
         joules: dict[tuple[int, str, str, str, int | None], float] = {}
         for account in self._energy.accounts():
             for payer, total in account.totals.items():
-                if not isinstance(payer, str):
+                if is_pod_payer(payer):
                     joules[(account.gpu, *payer)] = total
         return self._gpu_time.totals, joules

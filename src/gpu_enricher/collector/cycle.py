@@ -3,11 +3,13 @@ API's document out. Pure: the collector calls it once per pass and swaps the res
 """
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..attribution.claims import ClaimHolders, claim_holders, merged
 from ..attribution.containers import (
     NO_OCCUPANTS,
+    Occupant,
     Occupants,
     RuntimeContainers,
     occupants,
@@ -15,7 +17,15 @@ from ..attribution.containers import (
 )
 from ..attribution.devices import EMPTY_ATTRIBUTION, Attribution, attribute, without_pod
 from ..attribution.podlabels import NO_POLICY, PodLabelPolicy
-from ..attribution.shares import Holdings, Tenant, entity_holdings, offered_replicas, tenant_shares
+from ..attribution.shares import (
+    Holdings,
+    OccupantHoldings,
+    Tenant,
+    entity_holdings,
+    occupant_holdings,
+    offered_replicas,
+    tenant_shares,
+)
 from ..attribution.workloads import (
     Allocation,
     GpuProcess,
@@ -120,6 +130,10 @@ class CycleOutputs:
     """Each holder's share of a whole GPU (GPU time per pod); None without a kubelet source."""
     holdings: Holdings | None = None
     """The same per GPU or MIG instance (idle energy per pod); None without a kubelet source."""
+    outside: Mapping[int, Occupant] = field(default_factory=dict)
+    """PID → the container or person running a GPU process outside any pod (issue 34)."""
+    occupied: OccupantHoldings = field(default_factory=dict)
+    """The devices no pod holds: their occupants' shares (GPU time, idle energy; issue 34)."""
 
 
 def _claims(inputs: CycleInputs, options: JoinOptions) -> ClaimHolders | None:
@@ -253,5 +267,10 @@ def compose(inputs: CycleInputs, options: JoinOptions) -> CycleOutputs:
     if attribution is not None and inputs.node is not None and inputs.assignments is not None:
         holdings = entity_holdings(inputs.node.gpus, attribution, offered_replicas(
             inputs.node.gpus, inputs.assignments.allocatable, options.extra_resources))
+    held = {key for key, parts in (holdings or {}).items() if parts}
     return CycleOutputs(families, attribution, processes, document, claims,
-                        tenant_shares(holdings) if holdings is not None else None, holdings)
+                        tenant_shares(holdings) if holdings is not None else None, holdings,
+                        # Accounts per container and person: hosts without Kubernetes only.
+                        outside if inputs.containers is not None else {},
+                        occupant_holdings(inputs.node.gpus, occupied, held)
+                        if inputs.node is not None and occupied else {})

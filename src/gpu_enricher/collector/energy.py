@@ -16,7 +16,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..attribution.devices import EntityKey, Holder
-from ..attribution.energy import ENERGY_FIELD, POWER_FIELD, Payer, pass_split, reading
+from ..attribution.energy import (
+    ENERGY_FIELD,
+    NOBODY_OUTSIDE,
+    POWER_FIELD,
+    Outside,
+    Payer,
+    pass_split,
+    reading,
+)
+from ..attribution.shares import OccupantHoldings
 from ..attribution.workloads import GpuProcess
 from ..exposition.chargeback import EnergyAccount
 from ..model import DeviceIdentity, GpuSnapshot, NodeSnapshot, ProcessTable
@@ -75,13 +84,20 @@ class EnergyBook:
                 for m in self.meters.values()]
 
     def step(self, node: NodeSnapshot, processes: Iterable[GpuProcess], table: ProcessTable,
-             holdings: Mapping[EntityKey, list[tuple[Holder, float]]], now: float) -> None:
+             holdings: Mapping[EntityKey, list[tuple[Holder, float]]], now: float,
+             outside: Outside = NOBODY_OUTSIDE,
+             occupied: OccupantHoldings | None = None) -> None:
+        """One pass. `outside` and `occupied`: who runs the processes outside any pod, and
+        who occupies the devices no pod holds (a host without Kubernetes, issue 34)."""
         by_index: dict[int, list[GpuProcess]] = {}
         for proc in processes:
             by_index.setdefault(proc.key[0], []).append(proc)
         held: dict[int, dict[EntityKey, list[tuple[Holder, float]]]] = {}
         for key, parts in holdings.items():
             held.setdefault(key[0], {})[key] = parts
+        occupants: dict[int, OccupantHoldings] = {}
+        for key, found in (occupied or {}).items():
+            occupants.setdefault(key[0], {})[key] = found
         present = {gpu.identity.uuid for gpu in node.gpus}
         for uuid in [u for u in self.meters if u not in present]:  # unbound: its series end
             del self.meters[uuid]
@@ -89,10 +105,12 @@ class EnergyBook:
         for gpu in node.gpus:
             if gpu.healthy:  # a lost GPU's series stay as they were until it answers
                 index = gpu.identity.index
-                self._gpu(gpu, by_index.get(index, ()), table, held.get(index, {}), now)
+                self._gpu(gpu, by_index.get(index, ()), table, held.get(index, {}), now,
+                          outside, occupants.get(index))
 
     def _gpu(self, gpu: GpuSnapshot, processes: Iterable[GpuProcess], table: ProcessTable,
-             holdings: Mapping[EntityKey, list[tuple[Holder, float]]], now: float) -> None:
+             holdings: Mapping[EntityKey, list[tuple[Holder, float]]], now: float,
+             outside: Outside, occupied: OccupantHoldings | None) -> None:
         meter = self.meters.get(gpu.identity.uuid)
         if meter is None:
             meter = self.meters[gpu.identity.uuid] = Meter(gpu.identity)
@@ -108,7 +126,7 @@ class EnergyBook:
         baseline = meter.baseline(now, watts, self.baseline_window)
         step = 0.0 if meter.at is None else min(max(0.0, now - meter.at), self.max_step)
         meter.at = now
-        split = pass_split(gpu, processes, table, holdings, baseline)
+        split = pass_split(gpu, processes, table, holdings, baseline, outside, occupied)
         weight = max(step, MIN_WEIGHT)
         pending, totals = meter.pending, meter.totals
         for payer, fraction in split.items():

@@ -4,7 +4,9 @@ families by our renderer. Pure.
 Cardinality: one series per (pod, container, resource) holding a GPU, a MIG instance, a
 replica or a claim: at most the node's holders (110 pods on a full node), each gone one pass
 after its pod holds nothing. Energy: one series per (GPU, pod, container) that holds or uses
-it, gone one pass after that ends, and up to three reasons per GPU.
+it, gone one pass after that ends, and up to three reasons per GPU. On a host without
+Kubernetes (issue 34) the same families have series of its containers (`container` alone) and
+people (`user`) instead: one per occupant, and per (GPU, occupant) for energy.
 """
 
 import functools
@@ -12,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ..attribution.energy import Payer
+from ..attribution.containers import Occupant
+from ..attribution.energy import Payer, is_pod_payer
 from ..attribution.shares import Tenant
 from ..fields import names
 from .label_drop import kept
@@ -39,11 +42,21 @@ def host_pairs(hostname: str | None, drop: frozenset[str] = frozenset()) -> Host
     return tuple(kept(names.hostname_pairs(hostname), drop)) if hostname is not None else ()
 
 
-def gpu_seconds_family(totals: Mapping[Tenant, float], host: HostPairs = ()) -> Family:
+@functools.lru_cache(maxsize=1024)
+def _occupant_labels(occupant: Occupant, host: HostPairs) -> str:
+    return label_pairs([*host, occupant])
+
+
+def gpu_seconds_family(totals: Mapping[Tenant, float], host: HostPairs = (),
+                       occupied: Mapping[Occupant, float] | None = None) -> Family:
     """`gpu_enricher_pod_gpu_seconds_total{Hostname,hostname,namespace,pod,container,
-    resource}`. The pod labels are the series' identity, so `--drop-labels` leaves them on."""
+    resource}`, and `{Hostname,hostname,container}` or `{…,user}` for the occupants of a host
+    without Kubernetes. The pod labels are the series' identity, so `--drop-labels` leaves them
+    on."""
     samples = [Sample(_labels(tenant, host), format_value(float(totals[tenant])), "_total")
                for tenant in sorted(totals)]
+    samples += [Sample(_occupant_labels(who, host), format_value(float(seconds)), "_total")
+                for who, seconds in sorted((occupied or {}).items())]
     return Family(POD_GPU_SECONDS, "counter",
                   "Seconds a container held GPUs, times the share of a whole GPU it held "
                   "(a MIG instance its slices over the GPU's, a replica 1/replicas), "
@@ -73,10 +86,13 @@ def _energy_labels(gpu: int, uuid: str, profile: str | None, payer: Payer,
     pairs = [(names.LABEL_GPU, str(gpu)), (names.LABEL_UUID, uuid)]
     if isinstance(payer, str):
         return label_pairs(kept([*pairs, *host, (LABEL_REASON, payer)], drop))
-    namespace, pod, container, instance_id = payer
+    instance_id = payer[-1]
     if instance_id is not None:
         pairs += [(names.LABEL_GPU_I_PROFILE, profile or ""),
                   (names.LABEL_GPU_I_ID, str(instance_id))]
+    if not is_pod_payer(payer):  # a container or person outside pods (issue 34)
+        return label_pairs(kept([*pairs, *host, (str(payer[0]), str(payer[1]))], drop))
+    namespace, pod, container, _ = payer
     return label_pairs(kept([*pairs, *host, (names.LABEL_NAMESPACE, namespace),
                              (names.LABEL_POD, pod), (names.LABEL_CONTAINER, container)], drop))
 
@@ -92,8 +108,8 @@ def _energy_rows(accounts: Iterable[EnergyAccount], drop: frozenset[str],
     unattributed: list[EnergyRow] = []
     for account in accounts:
         for payer in account.totals:
-            profile = None if isinstance(payer, str) or payer[3] is None else \
-                account.profiles.get(payer[3])
+            instance = None if isinstance(payer, str) else payer[-1]
+            profile = account.profiles.get(instance) if isinstance(instance, int) else None
             row = (_energy_labels(account.gpu, account.uuid, profile, payer, drop, host),
                    account.totals, payer)
             (unattributed if isinstance(payer, str) else pods).append(row)
