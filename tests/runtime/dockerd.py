@@ -114,10 +114,11 @@ class Dockerd:
         assert status == 200, answer
 
     def run(self, name: str, env: Sequence[str] = (),
-            device_requests: Sequence[dict[str, Any]] = ()) -> tuple[str, int]:
+            device_requests: Sequence[dict[str, Any]] = (),
+            labels: dict[str, str] | None = None) -> tuple[str, int]:
         """A started container running /sleeper: its ID and its process's PID on the host."""
         status, created = self.api("POST", f"/containers/create?name={quote(name)}", {
-            "Image": IMAGE, "Cmd": ["/sleeper"], "Env": list(env),
+            "Image": IMAGE, "Cmd": ["/sleeper"], "Env": list(env), "Labels": labels or {},
             "HostConfig": {"DeviceRequests": list(device_requests), "NetworkMode": "none"}})
         assert status == 201, created
         status, answer = self.api("POST", f"/containers/{created['Id']}/start")

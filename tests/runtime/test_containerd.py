@@ -17,7 +17,7 @@ from tests.app.fault_helpers import Process, fetch, nvml_env, until
 from tests.app.test_process import Exporter
 from tests.app.test_process import exporters as exporters  # the fixture
 from tests.runtime.containerd import Containerd
-from tests.runtime.test_docker import NOBODY_NAME, SOURCE_UP, UUID0, copied, temp
+from tests.runtime.test_docker import COMPOSE, NOBODY_NAME, SOURCE_UP, UUID0, copied, temp
 from tests.runtime.test_docker import person as person  # the fixture
 from tests.samples import value
 
@@ -47,7 +47,8 @@ async def test_containerd_tasks_name_their_series(
     await asyncio.to_thread(exp.wait_ready)
     await asyncio.to_thread(containerd.run, "default", TRAINER_ID,
                             [f"NVIDIA_VISIBLE_DEVICES={UUID0}"], ["nerdctl/name=trainer"])
-    await asyncio.to_thread(containerd.run, "lab", "indexer", ["NVIDIA_VISIBLE_DEVICES=1"])
+    await asyncio.to_thread(containerd.run, "lab", "indexer", ["NVIDIA_VISIBLE_DEVICES=1"],
+                            [f"{k}={v}" for k, v in COMPOSE.items()])
     body = await until(exp, lambda b: temp(b, 0, "trainer") and temp(b, 1, "indexer") and
                        temp(b, 2, "counted"))
     for gpu in range(4):
@@ -55,6 +56,8 @@ async def test_containerd_tasks_name_their_series(
     assert value(body, "gpu_enricher_container_runtime_info", kind="containerd") == 1
     assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
     assert value(body, "gpu_enricher_runtime_containers", state="with_gpus") == 2
+    assert value(body, "gpu_enricher_container_info", container="indexer",
+                 compose_project="search", compose_service="indexer") == 1, "nerdctl compose's"
     assert not temp(body, 2, "trainer") and not temp(body, 3, "indexer")
     assert value(body, "gpu_enricher_process_memory_used_bytes", pid=str(counted_pid),
                  container="counted") == 512 * 2**20, "its process is named with it"

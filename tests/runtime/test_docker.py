@@ -25,6 +25,7 @@ UUID0 = "GPU-fa4e0000-7953-256e-8f33-1343419b1a1c"
 NOBODY = 65534
 NOBODY_NAME = pwd.getpwuid(NOBODY).pw_name  # the host's passwd, as the exporter reads it
 SOURCE_UP = "gpu_enricher_source_up"
+COMPOSE = {"com.docker.compose.project": "search", "com.docker.compose.service": "indexer"}
 
 
 @pytest.fixture
@@ -84,7 +85,8 @@ async def test_containers_given_gpus_name_their_series(
 async def _named(exp: Exporter, dockerd: Dockerd, counted_pid: int, person_pid: int) -> None:
     await asyncio.to_thread(exp.wait_ready)
     await asyncio.to_thread(dockerd.run, "trainer", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"])
-    await asyncio.to_thread(dockerd.run, "indexer", device_requests=[gpu_request("1")])
+    await asyncio.to_thread(dockerd.run, "indexer", device_requests=[gpu_request("1")],
+                            labels=COMPOSE)
     body = await until(exp, lambda b: temp(b, 0, "trainer") and temp(b, 1, "indexer") and
                        value(b, "gpu_enricher_runtime_containers", state="running") == 3)
     for gpu in range(4):
@@ -103,6 +105,10 @@ async def _named(exp: Exporter, dockerd: Dockerd, counted_pid: int, person_pid: 
                f',user="{NOBODY_NAME}"}}' in line for line in body.splitlines()) == 1, \
         "GPU 3's series are copied for the person using it"
     assert value(body, "gpu_enricher_runtime_containers", state="with_gpus") == 2
+    assert value(body, "gpu_enricher_container_info", container="indexer",
+                 compose_project="search", compose_service="indexer") == 1, "Compose's labels"
+    assert value(body, "gpu_enricher_container_info", container="trainer",
+                 compose_project="", compose_service="") == 1
 
     await asyncio.to_thread(dockerd.remove, "trainer")
     body = await until(exp, lambda b: not copied(b, "trainer"))

@@ -17,9 +17,11 @@ from gpu_enricher.attribution.containers import (
 from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSnapshot
 from gpu_enricher.runtime.engine import (
     MAX_LABEL_BYTES,
+    compose_of,
     inspected,
     label_value,
     listed,
+    listed_compose,
     own_container,
 )
 
@@ -136,3 +138,16 @@ def test_the_exporter_s_own_container_is_found_from_its_mounts() -> None:
     assert own_container(host + docker) == "a" * 64
     assert own_container(podman) == "b" * 64
     assert own_container(host) is None
+
+
+def test_compose_s_project_and_service_come_from_the_listing() -> None:
+    compose = {"com.docker.compose.project": "shop", "com.docker.compose.service": "web",
+               "com.docker.compose.version": "2.20.2"}
+    assert listed_compose([{"Id": "a", "Labels": compose}, {"Id": "b", "Labels": {}},
+                           {"Id": "c", "Labels": None}, {"Labels": compose}, "garbage"]) == \
+        {"a": ("shop", "web")}
+    assert compose_of({"com.docker.compose.project": "shop"}) is None, "both or nothing"
+    assert compose_of({"com.docker.compose.project": "", "com.docker.compose.service": "w"}) \
+        is None
+    assert compose_of({"com.docker.compose.project": "a\nb",
+                       "com.docker.compose.service": "w"}) == ("a_b", "w"), "as a label value"

@@ -45,6 +45,8 @@ async def test_simulate_containerd_host_labels_series_with_their_containers(
     assert value(body, "gpu_enricher_container_runtime_info", kind="containerd") == 1
     assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
     assert value(body, "gpu_enricher_runtime_containers", state="with_gpus") == 2
+    assert value(body, "gpu_enricher_container_info", container="triton",
+                 compose_project="serving", compose_service="triton") == 1
     assert value(body, "gpu_enricher_process_memory_used_bytes", pid="6500",
                  container="batch") == 15000 * 2**20
     status, answer = await fetch(exp, "/api/v1/gpus")
@@ -61,6 +63,7 @@ async def test_simulate_containerd_host_labels_series_with_their_containers(
     ("runtime: containerd\ncontainers:\n  - {name: a, nerdctl: yes please}\n",
      "containers[0].nerdctl"),
     ("containers:\n  - {name: a, namespace: lab}\n", "containers[0]: unknown key 'namespace'"),
+    ("containers:\n  - {name: a, compose: web}\n", "containers[0].compose: expected project/"),
 ])
 def test_a_wrong_runtime_or_entry_is_named(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "host.yaml"

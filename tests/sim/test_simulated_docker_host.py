@@ -47,6 +47,8 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
                  user="alice") == 12000 * 2**20, "a person's process: its user"
     assert value(body, "gpu_enricher_source_up", source="containers") == 1
     assert value(body, "gpu_enricher_runtime_containers", state="running") == 3
+    assert value(body, "gpu_enricher_container_info", container="vllm-llama",
+                 compose_project="inference", compose_service="vllm") == 1
     # Chargeback per container and person: GPU time of what each occupies, energy of it.
     body = await until(exp, lambda b: (value(b, "gpu_enricher_pod_gpu_seconds_total",
                                              user="alice") or 0) > 0.2)

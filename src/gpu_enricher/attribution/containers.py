@@ -59,6 +59,9 @@ class RuntimeContainers:
     """A container's cgroup path (`/lab/trainer`, `/system.slice/nerdctl-<id>.scope`) → its
     label: containerd's own IDs (`ctr run … trainer`) are not the 64-hex IDs a cgroup path
     can be searched for, so its processes are found by their cgroup."""
+    compose: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """A container's label → its Compose project and service, where Compose (Docker's, or
+    nerdctl's) started it (`com.docker.compose.project`, `com.docker.compose.service`)."""
 
     def name_of(self, host: HostProcess) -> str | None:
         """The label of the container a process outside any pod runs in, if the runtime lists

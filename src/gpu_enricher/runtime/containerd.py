@@ -18,7 +18,7 @@ from ..rpc._generated.containerd.services.containers.v1 import containers_pb2
 from ..rpc._generated.containerd.services.namespaces.v1 import namespace_pb2
 from ..rpc._generated.containerd.services.tasks.v1 import tasks_pb2
 from ..rpc._generated.containerd.types.task import task_pb2
-from .engine import label_value, visible_devices
+from .engine import compose_of, label_value, visible_devices
 from .reader import RuntimeFailure
 
 NAME_LABEL: Final = "nerdctl/name"
@@ -34,6 +34,7 @@ class DescribedContainer:
     gpus: GpuRequest | None
     cgroup: str | None
     """The cgroup its processes run in, as a path (`/lab/trainer`); None when unsaid."""
+    compose: tuple[str, str] | None = None  # nerdctl compose's project and service
 
 
 def _parse(message_type: Any, wire: bytes, what: str) -> Any:
@@ -101,4 +102,5 @@ def described(wire: bytes, container_id: str) -> DescribedContainer:
     return DescribedContainer(
         label_value(container.labels.get(NAME_LABEL, ""), container.id or container_id),
         visible_devices(env if isinstance(env, list) else []),
-        cgroup_path(path) if isinstance(path, str) else None)
+        cgroup_path(path) if isinstance(path, str) else None,
+        compose_of(dict(container.labels)))

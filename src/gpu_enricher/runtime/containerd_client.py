@@ -113,6 +113,7 @@ class ContainerdReader:
         containers: list[RuntimeContainer] = []
         names: dict[str, str] = {}
         cgroups: dict[str, str] = {}
+        compose: dict[str, tuple[str, str]] = {}
         for task in tasks:
             found = self._described.get(task)
             if found is None:
@@ -120,9 +121,11 @@ class ContainerdReader:
             names[task[1]] = found.label
             if found.cgroup is not None:
                 cgroups[found.cgroup] = found.label
+            if found.compose is not None:
+                compose[found.label] = found.compose
             if found.gpus is not None:
                 containers.append(RuntimeContainer(task[1], found.label, found.gpus))
-        return RuntimeContainers(tuple(containers), names, cgroups)
+        return RuntimeContainers(tuple(containers), names, cgroups, compose)
 
     # --- on the event loop -----------------------------------------------------------------
 

@@ -17,6 +17,8 @@ from ..attribution.containers import GpuRequest
 from .reader import RuntimeFailure
 
 MAX_LABEL_BYTES: Final = 128
+COMPOSE_PROJECT: Final = "com.docker.compose.project"
+COMPOSE_SERVICE: Final = "com.docker.compose.service"
 SHORT_ID: Final = 12
 _NO_DEVICES: Final = frozenset({"", "none", "void"})
 # The files a runtime bind-mounts into its container from the container's own directory:
@@ -52,6 +54,27 @@ def listed(answer: Any) -> list[tuple[str, str]]:
             else ""
         result.append((item["Id"], first))
     return result
+
+
+def compose_of(labels: Any) -> tuple[str, str] | None:
+    """(project, service) from a container's labels, where Compose started it (Docker's and
+    nerdctl's Compose write the same two labels)."""
+    if not isinstance(labels, Mapping):
+        return None
+    project, service = labels.get(COMPOSE_PROJECT), labels.get(COMPOSE_SERVICE)
+    if not isinstance(project, str) or not isinstance(service, str) or not project:
+        return None
+    return label_value(project, ""), label_value(service, "")
+
+
+def listed_compose(answer: Any) -> dict[str, tuple[str, str]]:
+    """`/containers/json` → (project, service) by container ID, of those Compose started."""
+    found: dict[str, tuple[str, str]] = {}
+    for item in answer if isinstance(answer, list) else ():
+        if isinstance(item, dict) and isinstance(item.get("Id"), str) and \
+                (compose := compose_of(item.get("Labels"))) is not None:
+            found[item["Id"]] = compose
+    return found
 
 
 def label_value(name: str, container_id: str) -> str:

@@ -8,7 +8,7 @@ import asyncio
 from typing import Final
 
 from ..attribution.containers import GpuRequest, RuntimeContainer, RuntimeContainers
-from .engine import inspected, label_value, listed
+from .engine import inspected, label_value, listed, listed_compose
 from .engine_client import EngineClient, EngineStatusError
 
 MAX_INSPECTS: Final = 256
@@ -30,21 +30,22 @@ class EngineReader:
         self._inspected: dict[str, _Inspected] = {}
 
     async def read(self, leave_out: str | None) -> RuntimeContainers:
-        running, known = await self._ask(leave_out)
+        listing = await self._client.get("/containers/json")
+        running, known = await self._ask(listing, leave_out)
         # dcgm-exporter's label: the inspected name, else the listed one, else the short ID.
         names = {cid: label_value((known[cid][1] if cid in known else "") or name, cid)
                  for cid, name in running}
         return RuntimeContainers(tuple(
             RuntimeContainer(cid, names[cid], request)
             for cid, _ in running if cid in known and (request := known[cid][2]) is not None),
-            names)
+            names, compose={names[cid]: found for cid, found in listed_compose(listing).items()
+                            if cid in names})
 
-    async def _ask(self, leave_out: str | None,
+    async def _ask(self, listing: object, leave_out: str | None,
                    ) -> tuple[list[tuple[str, str]], dict[str, _Inspected]]:
         """The running containers, and what each was given: inspected again only when new or
         renamed (`docker rename`)."""
-        running = [(cid, name) for cid, name in listed(await self._client.get("/containers/json"))
-                   if cid != leave_out]
+        running = [(cid, name) for cid, name in listed(listing) if cid != leave_out]
         live = {cid for cid, _ in running}
         self._inspected = {cid: found for cid, found in self._inspected.items() if cid in live}
         todo = [(cid, name) for cid, name in running

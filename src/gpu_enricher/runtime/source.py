@@ -133,7 +133,16 @@ class ContainerSource:
             "Engine API; kind=containerd), 1 once known.", labels=["kind"])
         if self.kind is not None:
             kind.add_metric([self.kind], 1)
-        return [family, kind]
+        info = GaugeMetricFamily(
+            "gpu_enricher_container_info",
+            "A running container the runtime listed, by the container label its GPUs' series "
+            "are copied with, and the Compose project and service that started it (empty "
+            "when none): join on container for them.",
+            labels=["container", "compose_project", "compose_service"])
+        for name in sorted(set(self._snapshot.names.values())):
+            project, service = self._snapshot.compose.get(name, ("", ""))
+            info.add_metric([name, project, service], 1)
+        return [family, kind, info]
 
     async def close(self) -> None:
         if self._reader is not None:

@@ -61,7 +61,8 @@ class FakeContainerd:
         if found is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"container {request.id!r}: not found")
             raise AssertionError("abort raises")  # grpcio has no types to say so
-        labels = {"nerdctl/name": found.name} if found.container_id != found.name else {}
+        labels = {**found.labels,
+                  **({"nerdctl/name": found.name} if found.container_id != found.name else {})}
         answer = containers_pb2.GetContainerResponse(container=containers_pb2.Container(
             id=found.container_id, labels=labels, image="simulated:latest"))
         answer.container.spec.type_url = _SPEC_TYPE

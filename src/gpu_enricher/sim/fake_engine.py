@@ -13,7 +13,7 @@ from .node import SimContainer
 
 def _listed(container: SimContainer) -> dict[str, object]:
     return {"Id": container.container_id, "Names": [f"/{container.name}"],
-            "Image": "simulated:latest", "State": "running"}
+            "Image": "simulated:latest", "State": "running", "Labels": dict(container.labels)}
 
 
 def _inspect(container: SimContainer) -> dict[str, object]:

@@ -103,6 +103,7 @@ class SimContainer:
     device_requests: tuple[Mapping[str, object], ...] = ()  # what `docker run --gpus` sends
     namespace: str | None = None
     """containerd's namespace; None on a Docker host."""
+    labels: Mapping[str, str] = field(default_factory=dict)  # Compose's, when it started it
 
     @property
     def cgroup(self) -> str:

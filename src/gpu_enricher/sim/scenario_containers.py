@@ -16,7 +16,7 @@ with `runtime: containerd`, of a containerd host, in its namespaces. Pure.
       - {name: batch, namespace: lab}                         # ctr -n lab run … batch
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from .node import SimContainer, SimGpu, docker_id
@@ -32,14 +32,25 @@ from .scenario_values import (
     opt_text,
 )
 
-_KEYS: Final = frozenset({"name", "visible_devices", "gpus", "count"})
-_CONTAINERD_KEYS: Final = frozenset({"name", "visible_devices", "namespace", "nerdctl"})
+_KEYS: Final = frozenset({"name", "visible_devices", "gpus", "count", "compose"})
+_CONTAINERD_KEYS: Final = frozenset({"name", "visible_devices", "namespace", "nerdctl", "compose"})
 RUNTIMES: Final = ("docker", "containerd")
 
 
 def _request(device_ids: list[str], count: int) -> dict[str, object]:
     return {"Driver": "", "Count": count, "DeviceIDs": device_ids, "Capabilities": [["gpu"]],
             "Options": {}}
+
+
+def _compose(spec: Mapping[str, Any], at: At) -> dict[str, str]:
+    """`compose: project/service` → the labels Compose gives the containers it starts."""
+    if "compose" not in spec:
+        return {}
+    value_at = at.field(spec, "compose")
+    project, slash, service = as_text(spec["compose"], value_at).partition("/")
+    if not (project and slash and service):
+        raise value_at.error("expected project/service")
+    return {"com.docker.compose.project": project, "com.docker.compose.service": service}
 
 
 def container_entry(raw: Any, at: At, runtime: str = "docker") -> SimContainer:
@@ -52,11 +63,13 @@ def container_entry(raw: Any, at: At, runtime: str = "docker") -> SimContainer:
     if "visible_devices" in spec:
         devices = as_text(spec["visible_devices"], at.field(spec, "visible_devices"), empty=True)
         env = (f"NVIDIA_VISIBLE_DEVICES={devices}",)
+    labels = _compose(spec, at)
     if runtime == "containerd":
         # ctr names a container by its ID; nerdctl gives it a 64-hex ID and its name as a label.
         nerdctl = opt(spec, at, "nerdctl", False, as_bool)
         return SimContainer(docker_id(name) if nerdctl else name, name, env,
-                            namespace=opt_text(spec, at, "namespace", "default", as_text))
+                            namespace=opt_text(spec, at, "namespace", "default", as_text),
+                            labels=labels)
     requests: list[dict[str, object]] = []
     gpus_at = at.field(spec, "gpus")
     if spec.get("gpus") == "all":
@@ -67,7 +80,7 @@ def container_entry(raw: Any, at: At, runtime: str = "docker") -> SimContainer:
                                   for n, i in enumerate(ids)], 0))
     if "count" in spec:
         requests.append(_request([], as_int(spec["count"], at.field(spec, "count"))))
-    return SimContainer(docker_id(name), name, env, tuple(requests))
+    return SimContainer(docker_id(name), name, env, tuple(requests), labels=labels)
 
 
 def container_entries(top: Any, at: At, gpus: Sequence[tuple[SimGpu, tuple[At, ...]]],
