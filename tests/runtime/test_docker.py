@@ -10,6 +10,7 @@ import asyncio
 import os
 import pwd
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +125,21 @@ async def _named(exp: Exporter, dockerd: Dockerd, counted_pid: int, person_pid: 
     code, err = exp.stop()
     assert code == 0, err
     assert f"the container runtime at {dockerd.socket} cannot be asked" in err, err
+
+
+async def test_a_container_is_named_on_its_runtime_s_event_not_at_the_next_pass(
+        exporters: list[Exporter], fake_nvml_path: Path, dockerd: Dockerd) -> None:
+    """Passes every 30 s: a container that starts or stops between them is shown within a
+    moment, told by the runtime's event stream (`GET /events`), not half a minute later."""
+    exp = Process(["-c", "30000", "--container-labels", "--container-runtime-socket",
+                   str(dockerd.socket)], nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="2"))
+    exporters.append(exp)
+    await asyncio.to_thread(exp.wait_ready)
+    await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 1)
+    started = time.monotonic()
+    await asyncio.to_thread(dockerd.run, "late", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"])
+    body = await until(exp, lambda b: temp(b, 0, "late"), within=5.0)
+    assert time.monotonic() - started < 5.0
+    assert (value(body, "gpu_enricher_runtime_events_total") or 0) >= 1
+    await asyncio.to_thread(dockerd.remove, "late")
+    await until(exp, lambda b: not copied(b, "late"), within=5.0)

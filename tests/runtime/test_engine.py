@@ -18,6 +18,7 @@ from gpu_enricher.model import DeviceIdentity, GpuInstance, GpuSnapshot, NodeSna
 from gpu_enricher.runtime.engine import (
     MAX_LABEL_BYTES,
     compose_of,
+    container_changed,
     inspected,
     label_value,
     listed,
@@ -151,3 +152,16 @@ def test_compose_s_project_and_service_come_from_the_listing() -> None:
         is None
     assert compose_of({"com.docker.compose.project": "a\nb",
                        "com.docker.compose.service": "w"}) == ("a_b", "w"), "as a label value"
+
+
+def test_an_event_says_the_containers_changed_only_when_they_did() -> None:
+    def line(**event: object) -> bytes:
+        return json.dumps(event).encode() + b"\n"
+
+    for action in ("start", "die", "destroy", "rename"):
+        assert container_changed(line(Type="container", Action=action, id="a"))
+    assert container_changed(line(status="start", id="a")), "Podman's compatible form"
+    assert container_changed(line(Type="container", Action="exec_start: sh -c true")) is False
+    assert not container_changed(line(Type="container", Action="exec_die"))
+    assert not container_changed(line(Type="network", Action="start"))
+    assert not container_changed(b"{not json") and not container_changed(b"[1]\n")

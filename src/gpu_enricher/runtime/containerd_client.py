@@ -9,6 +9,7 @@ next pass takes its outcome instead of asking again, as the kubelet's client doe
 
 import asyncio
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
@@ -140,6 +141,10 @@ class ContainerdReader:
                 self._reading = None
         assert isinstance(result, RuntimeContainers)
         return result
+
+    async def follow(self, changed: Callable[[], None]) -> None:
+        """containerd's events are a server stream (`Events.Subscribe`), which the unary
+        channel does not speak: containers that start or stop are seen at the next pass."""
 
     async def close(self) -> None:
         self._channel.close()

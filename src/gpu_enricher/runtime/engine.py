@@ -17,6 +17,8 @@ from ..attribution.containers import GpuRequest
 from .reader import RuntimeFailure
 
 MAX_LABEL_BYTES: Final = 128
+CONTAINER_CHANGES: Final = ("start", "die", "destroy", "rename")
+"""The events after which the running containers, or their names, differ."""
 COMPOSE_PROJECT: Final = "com.docker.compose.project"
 COMPOSE_SERVICE: Final = "com.docker.compose.service"
 SHORT_ID: Final = 12
@@ -75,6 +77,20 @@ def listed_compose(answer: Any) -> dict[str, tuple[str, str]]:
                 (compose := compose_of(item.get("Labels"))) is not None:
             found[item["Id"]] = compose
     return found
+
+
+def container_changed(line: bytes) -> bool:
+    """Whether one line of `GET /events` says a container started, stopped, was removed or
+    renamed (Docker's `Action`, Podman's compatible `status`); anything else, garbage
+    included, says nothing."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return False
+    if not isinstance(event, dict) or event.get("Type", "container") != "container":
+        return False
+    action = event.get("Action") or event.get("status")
+    return isinstance(action, str) and action.partition(":")[0] in CONTAINER_CHANGES
 
 
 def label_value(name: str, container_id: str) -> str:

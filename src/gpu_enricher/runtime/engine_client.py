@@ -1,7 +1,8 @@
 """Asks a Docker-compatible Engine API over its unix socket: only reads (`GET /containers/json`,
-`GET /containers/<id>/json`), each answer at most 10 MiB (dcgm-exporter's bound). The fetch
-half; engine.py parses."""
+`GET /containers/<id>/json`, the `GET /events` stream), each answer at most 10 MiB
+(dcgm-exporter's bound). The fetch half; engine.py parses."""
 
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import aiohttp
@@ -10,6 +11,8 @@ from .engine import EngineAnswerError, decode
 from .reader import RuntimeFailure
 
 MAX_ANSWER_BYTES: Final = 10 << 20
+_STREAMING: Final = aiohttp.ClientTimeout(total=None, sock_connect=2.0)
+"""An event stream stays open for as long as the runtime runs: no total, no read deadline."""
 
 
 class EngineUnavailable(RuntimeFailure):
@@ -64,6 +67,26 @@ class EngineClient:
         except aiohttp.ClientError as exc:
             raise EngineUnavailable("unavailable", f"{self.socket_path}: {exc}") from None
         return decode(body, path)
+
+    async def lines(self, path: str) -> AsyncIterator[bytes]:
+        """The lines of a streamed answer (`GET /events`) as they come, each at most
+        MAX_LINE_BYTES, for as long as the runtime keeps the answer open. Raises as `get`."""
+        try:
+            async with self._client().get(f"http://docker{path}", timeout=_STREAMING) as response:
+                if response.status // 100 != 2:
+                    raise EngineStatusError(path, response.status)
+                while line := await response.content.readline():
+                    yield line
+        except PermissionError as exc:
+            raise EngineUnavailable("permission", f"{self.socket_path}: {exc.strerror}") from None
+        except ValueError as exc:  # a line over the stream reader's limit
+            raise EngineAnswerError(f"GET {path}: {exc}") from None
+        except aiohttp.ClientConnectorError as exc:
+            reason = "permission" if isinstance(exc.os_error, PermissionError) else "unavailable"
+            raise EngineUnavailable(reason, f"{self.socket_path}: {exc.os_error.strerror or exc}"
+                                    ) from None
+        except aiohttp.ClientError as exc:
+            raise EngineUnavailable("unavailable", f"{self.socket_path}: {exc}") from None
 
     async def close(self) -> None:
         if self._session is not None:

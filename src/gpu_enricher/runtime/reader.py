@@ -2,6 +2,7 @@
 asking can fail (`RuntimeFailure`). Pure: the readers are in `engine_reader.py` (Docker,
 Podman) and `containerd_client.py`."""
 
+from collections.abc import Callable
 from typing import Protocol
 
 from ..attribution.containers import RuntimeContainers
@@ -25,6 +26,11 @@ class RuntimeReader(Protocol):
     async def read(self, leave_out: str | None) -> RuntimeContainers:
         """The running containers (but `leave_out`, the exporter's own) and the GPUs each was
         given. Raises RuntimeFailure; bounded by the caller's deadline."""
+        ...
+
+    async def follow(self, changed: Callable[[], None]) -> None:
+        """Call `changed` whenever the running containers change, between reads, for as long
+        as the runtime tells (its event stream); returns at once where it cannot."""
         ...
 
     async def close(self) -> None: ...

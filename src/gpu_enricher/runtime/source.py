@@ -8,16 +8,23 @@ the last answer is kept for a while (as the kubelet's; dcgm-exporter keeps its l
 ever), the failure is logged once when it starts and once when it ends, and counted under
 `gpu_enricher_collection_errors_total`. After a failure the socket is asked again what it is
 (a runtime restarted, or put where the socket was).
+
+Between passes, the Engine API's event stream says when a container starts, stops, is removed
+or renamed (`EngineReader.follow`): the source reads again at once and announces the change, so
+the picture is repainted within a moment rather than at the next pass. containerd's events are a
+server stream the unary channel does not speak: its changes are seen at the next pass.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from ..attribution.containers import RuntimeContainers
@@ -60,17 +67,52 @@ class ContainerSource:
         self.last_success_wall: float | None = None
         self._answered_at: float | None = None  # monotonic
         self.own_id = _own_id()  # the exporter's own container, when it runs in one
+        self._listeners: list[Callable[[], None]] = []
+        self._lock = asyncio.Lock()  # one read at a time: a pass's, or one an event asked for
+        self._changed = asyncio.Event()
+        self._following: asyncio.Task[None] | None = None  # the reader's event stream
+        self._rereading: asyncio.Task[None] | None = None
+        self.events = 0  # changes the runtime told of between passes
 
     @property
     def kind(self) -> str | None:
         """What answers on the socket (`engine`, `containerd`); None until known."""
         return self._reader.kind if self._reader is not None else None
 
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """`callback` after a read an event asked for changed the containers (`Announcing`)."""
+        self._listeners.append(callback)
+
     async def start(self) -> None:
-        """Nothing runs in the background: all work happens in refresh."""
+        """Nothing runs until the first refresh: the runtime's kind is not known before."""
 
     async def refresh(self, gpus: NodeSnapshot | None) -> None:
-        """Ask the runtime, rebuild the snapshot; never raises."""
+        """Ask the runtime, rebuild the snapshot; never raises. Then follow its events."""
+        async with self._lock:
+            await self._read()
+        if self._reader is not None and self._following is None and self._listeners:
+            self._following = asyncio.create_task(self._reader.follow(self._told),
+                                                  name="runtime-events")
+            if self._rereading is None:
+                self._rereading = asyncio.create_task(self._reread(), name="runtime-reread")
+
+    def _told(self) -> None:
+        self.events += 1
+        self._changed.set()
+
+    async def _reread(self) -> None:
+        """A read for each burst of events, announced when the containers changed."""
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            before = self._snapshot
+            async with self._lock:
+                await self._read()
+            if self._snapshot != before:
+                for callback in self._listeners:
+                    callback()
+
+    async def _read(self) -> None:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(TIMEOUT_SECONDS):
@@ -84,7 +126,11 @@ class ContainerSource:
             return
         except RuntimeFailure as exc:
             if exc.reason in ("unavailable", "permission") and self._reader is not None:
-                # Asked again what it is next pass; the old reader's thread or session ends.
+                # Asked again what it is next pass; the old reader's thread, session and event
+                # stream end.
+                if self._following is not None:
+                    self._following.cancel()
+                    self._following = None
                 await self._reader.close()
                 self._reader = None
             self._failed(exc.reason, str(exc))
@@ -133,6 +179,11 @@ class ContainerSource:
             "Engine API; kind=containerd), 1 once known.", labels=["kind"])
         if self.kind is not None:
             kind.add_metric([self.kind], 1)
+        events = CounterMetricFamily(
+            "gpu_enricher_runtime_events",
+            "Container changes the runtime's event stream told of between passes, each "
+            "answered by a read (and a repaint when the containers changed).",
+            value=self.events)
         info = GaugeMetricFamily(
             "gpu_enricher_container_info",
             "A running container the runtime listed, by the container label its GPUs' series "
@@ -142,8 +193,13 @@ class ContainerSource:
         for name in sorted(set(self._snapshot.names.values())):
             project, service = self._snapshot.compose.get(name, ("", ""))
             info.add_metric([name, project, service], 1)
-        return [family, kind, info]
+        return [family, kind, events, info]
 
     async def close(self) -> None:
+        for task in (self._following, self._rereading):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._reader is not None:
             await self._reader.close()
