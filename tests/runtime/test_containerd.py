@@ -8,6 +8,7 @@ unnamed; a containerd that stops costs its labels after a while, never /metrics.
 
 import asyncio
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,3 +81,21 @@ async def test_containerd_tasks_name_their_series(
     code, err = exp.stop()
     assert code == 0, err
     assert f"the container runtime at {containerd.socket} cannot be asked" in err, err
+
+
+async def test_a_task_is_named_on_containerd_s_event_not_at_the_next_pass(
+        exporters: list[Exporter], fake_nvml_path: Path, containerd: Containerd) -> None:
+    """Passes every 30 s: a task that starts or stops between them is shown within a moment,
+    told by containerd's event stream (`Events.Subscribe`, every namespace)."""
+    exp = Process(["-c", "30000", "--container-labels", "--container-runtime-socket",
+                   str(containerd.socket)], nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="2"))
+    exporters.append(exp)
+    await asyncio.to_thread(exp.wait_ready)
+    await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 1)
+    started = time.monotonic()
+    await asyncio.to_thread(containerd.run, "lab", "late", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"])
+    body = await until(exp, lambda b: temp(b, 0, "late"), within=5.0)
+    assert time.monotonic() - started < 5.0
+    assert (value(body, "gpu_enricher_runtime_events_total") or 0) >= 1
+    await asyncio.to_thread(containerd.remove, "lab", "late")
+    await until(exp, lambda b: not copied(b, "late"), within=5.0)

@@ -11,6 +11,7 @@ import pytest
 
 from gpu_enricher.attribution.containers import GpuRequest
 from gpu_enricher.rpc._generated.containerd.services.containers.v1 import containers_pb2
+from gpu_enricher.rpc._generated.containerd.services.events.v1 import events_pb2
 from gpu_enricher.rpc._generated.containerd.services.namespaces.v1 import namespace_pb2
 from gpu_enricher.rpc._generated.containerd.services.tasks.v1 import tasks_pb2
 from gpu_enricher.rpc._generated.containerd.types.task import task_pb2
@@ -20,6 +21,8 @@ from gpu_enricher.runtime.containerd import (
     get_request,
     namespaces,
     running_tasks,
+    subscribe_request,
+    tasks_changed,
 )
 from gpu_enricher.runtime.probe import CONTAINERD, ENGINE, kind_of, socket_kind
 from gpu_enricher.runtime.reader import RuntimeFailure
@@ -132,3 +135,18 @@ async def test_the_kind_is_asked_of_the_socket(tmp_path: Path) -> None:
     with pytest.raises(RuntimeFailure) as absent:
         await socket_kind(str(tmp_path / "absent.sock"), 2.0)
     assert absent.value.reason == "unavailable"
+
+
+def test_the_subscription_asks_for_the_topics_that_change_running_tasks() -> None:
+    request = events_pb2.SubscribeRequest.FromString(subscribe_request())
+    assert list(request.filters) == ['topic=="/tasks/start"', 'topic=="/tasks/exit"',
+                                     'topic=="/tasks/delete"', 'topic=="/containers/delete"']
+
+    def envelope(topic: str) -> bytes:
+        wire: bytes = events_pb2.Envelope(namespace="lab", topic=topic).SerializeToString()
+        return wire
+
+    assert tasks_changed(envelope("/tasks/exit"))
+    assert not tasks_changed(envelope("/tasks/exec-started"))
+    with pytest.raises(RuntimeFailure, match="Events.Subscribe answer does not parse"):
+        tasks_changed(b"\xff\xff")

@@ -107,20 +107,7 @@ class Answer:
 
     def result(self) -> Message:
         """The message, or the error the answer stands for."""
-        status = self.status()
-        if status is None:  # a status given is used whatever the HTTP status (the doc's rule)
-            http_status = self.headers.get(b":status", b"")
-            code = from_http_status(http_status)
-            if http_status != b"200":
-                raise CallError(code, f"{code}: HTTP status {http_status.decode('latin-1')} "
-                                f"from {self.peer}'s socket, not a gRPC answer")
-            raise CallError(code, f"{code}: the answer ended without a gRPC status")
-        code = status_name(int(status)) if status.isdigit() else "UNKNOWN"
-        if code != "OK":
-            # Percent-encoded ASCII; whatever else arrives is shown, never an error of its own.
-            details = unquote(self.trailers.get(b"grpc-message", self.headers.get(
-                b"grpc-message", b"")).decode("latin-1"))
-            raise CallError(code, f"{code}: {details}")
+        ended(self.headers, self.trailers, self.peer)
         if self.message is None:
             raise CallError("INTERNAL", "INTERNAL: the answer has no message")
         if self._filled < self._size:
@@ -133,3 +120,22 @@ class Answer:
         self._view.release()
         if self.message is not None:
             release(self.message)
+
+
+def ended(headers: dict[bytes, bytes], trailers: dict[bytes, bytes], peer: str) -> None:
+    """Nothing when a call ended OK; else the CallError its status (in the trailers, or in the
+    headers of a "trailers-only" answer) or its HTTP status stands for."""
+    status = trailers.get(b"grpc-status", headers.get(b"grpc-status"))
+    if status is None:  # a status given is used whatever the HTTP status (the doc's rule)
+        http_status = headers.get(b":status", b"")
+        code = from_http_status(http_status)
+        if http_status != b"200":
+            raise CallError(code, f"{code}: HTTP status {http_status.decode('latin-1')} "
+                            f"from {peer}'s socket, not a gRPC answer")
+        raise CallError(code, f"{code}: the answer ended without a gRPC status")
+    code = status_name(int(status)) if status.isdigit() else "UNKNOWN"
+    if code != "OK":
+        # Percent-encoded ASCII; whatever else arrives is shown, never an error of its own.
+        details = unquote(trailers.get(b"grpc-message", headers.get(
+            b"grpc-message", b"")).decode("latin-1"))
+        raise CallError(code, f"{code}: {details}")

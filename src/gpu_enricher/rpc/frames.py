@@ -57,9 +57,10 @@ def unpadded(payload: memoryview, flags: int) -> memoryview:
 
 class FrameReader:
     """Frames from the socket, read `RECEIVE_CHUNK` at a time until `deadline` (monotonic):
-    past it, TimeoutError however fast the frames come."""
+    past it, TimeoutError however fast the frames come. None: no deadline (a stream that lasts
+    as long as its server, ended by closing the socket)."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, deadline: float | None) -> None:
         self._sock = sock
         self._deadline = deadline
         self._buffer = bytearray(RECEIVE_CHUNK)
@@ -90,12 +91,27 @@ class FrameReader:
         while self._end < need:
             # The deadline is the whole call's: an answer that never pauses would pass a
             # per-read timeout forever (issue 24: 50 MB ran 0.6-1.4 s on a 0.5 s deadline).
-            remaining = self._deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("the call's deadline passed")
-            self._sock.settimeout(remaining)
+            if self._deadline is not None:
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the call's deadline passed")
+                self._sock.settimeout(remaining)
             received = self._sock.recv_into(self._view[self._end:])
             if not received:
                 raise ConnectionClosed("the peer closed the connection")
             self._end += received
             self._maybe_pause()
+
+
+def acknowledge(sock: socket.socket, kind: int, flags: int, payload: memoryview) -> bool:
+    """Answer what the connection asks of a client, whatever the stream: a SETTINGS frame is
+    acknowledged, a PING echoed (RFC 9113, sections 6.5 and 6.7). Whether `kind` was one."""
+    if kind == SETTINGS and not flags & ACK:
+        if len(payload) % 6:
+            raise ProtocolError("a SETTINGS frame of a length not a multiple of 6")
+        sock.sendall(frame(SETTINGS, ACK, 0, b""))
+        return True
+    if kind == PING and not flags & ACK:
+        sock.sendall(frame(PING, ACK, 0, bytes(payload)))
+        return True
+    return False

@@ -37,6 +37,7 @@ PROTO_FILES = (
     "containerd/services/namespaces/v1/namespace.proto",
     "containerd/services/containers/v1/containers.proto",
     "containerd/services/tasks/v1/tasks.proto",
+    "containerd/services/events/v1/events.proto",
 )
 """Paths relative to `PROTO_ROOT`; they also become the descriptors' file names."""
 

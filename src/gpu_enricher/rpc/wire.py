@@ -30,7 +30,6 @@ from hpack import Decoder, Encoder, HPACKError
 
 from .answer import Answer, CallError, Message
 from .frames import (
-    ACK,
     CONTINUATION,
     DATA,
     ENABLE_PUSH,
@@ -40,15 +39,14 @@ from .frames import (
     HEADERS,
     INITIAL_WINDOW_SIZE,
     MAX_HEADER_LIST_SIZE,
-    PING,
     PRIORITY,
     PUSH_PROMISE,
     RST_STREAM,
-    SETTINGS,
     WINDOW_UPDATE,
     ConnectionClosed,
     FrameReader,
     ProtocolError,
+    acknowledge,
     client_start,
     frame,
     unpadded,
@@ -181,12 +179,8 @@ class UnaryChannel:
                 if stream == STREAM:
                     answer.add_headers(fields)
                     answer.ended = ended
-            elif kind == SETTINGS and not flags & ACK:
-                if len(payload) % 6:
-                    raise ProtocolError("a SETTINGS frame of a length not a multiple of 6")
-                sock.sendall(frame(SETTINGS, ACK, 0, b""))
-            elif kind == PING and not flags & ACK:
-                sock.sendall(frame(PING, ACK, 0, bytes(payload)))
+            elif acknowledge(sock, kind, flags, payload):
+                pass
             elif kind == RST_STREAM and stream == STREAM:
                 error = int.from_bytes(payload[:4], "big")
                 if error == 0 and answer.status() is not None:

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from ..attribution.containers import GpuRequest
 from ..rpc._generated.containerd.services.containers.v1 import containers_pb2
+from ..rpc._generated.containerd.services.events.v1 import events_pb2
 from ..rpc._generated.containerd.services.namespaces.v1 import namespace_pb2
 from ..rpc._generated.containerd.services.tasks.v1 import tasks_pb2
 from ..rpc._generated.containerd.types.task import task_pb2
@@ -22,6 +23,8 @@ from .engine import compose_of, label_value, visible_devices
 from .reader import RuntimeFailure
 
 NAME_LABEL: Final = "nerdctl/name"
+CHANGE_TOPICS: Final = ("/tasks/start", "/tasks/exit", "/tasks/delete", "/containers/delete")
+"""The events after which the running tasks differ (`ctr events` shows them all)."""
 RUNNING: Final[int] = task_pb2.RUNNING
 _SLICE: Final = re.compile(r"[\w.@\\:-]+\.slice")
 
@@ -104,3 +107,15 @@ def described(wire: bytes, container_id: str) -> DescribedContainer:
         visible_devices(env if isinstance(env, list) else []),
         cgroup_path(path) if isinstance(path, str) else None,
         compose_of(dict(container.labels)))
+
+
+def subscribe_request() -> bytes:
+    """`Events.Subscribe` for the topics that change the running tasks, every namespace."""
+    filters = [f'topic=="{topic}"' for topic in CHANGE_TOPICS]  # any one of them
+    message: bytes = events_pb2.SubscribeRequest(filters=filters).SerializeToString()
+    return message
+
+
+def tasks_changed(wire: bytes) -> bool:
+    """Whether one `Envelope` of the stream says the running tasks changed."""
+    return bool(_parse(events_pb2.Envelope, wire, "Events.Subscribe").topic in CHANGE_TOPICS)

@@ -9,10 +9,10 @@ ever), the failure is logged once when it starts and once when it ends, and coun
 `gpu_enricher_collection_errors_total`. After a failure the socket is asked again what it is
 (a runtime restarted, or put where the socket was).
 
-Between passes, the Engine API's event stream says when a container starts, stops, is removed
-or renamed (`EngineReader.follow`): the source reads again at once and announces the change, so
-the picture is repainted within a moment rather than at the next pass. containerd's events are a
-server stream the unary channel does not speak: its changes are seen at the next pass.
+Between passes, the runtime's events say when a container starts, stops, is removed or renamed
+(`follow`: the Engine API's `GET /events`, containerd's `Events.Subscribe`): the source reads
+again at once and announces the change, so the picture is repainted within a moment rather than
+at the next pass.
 """
 
 import asyncio
