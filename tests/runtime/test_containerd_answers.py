@@ -148,5 +148,5 @@ def test_the_subscription_asks_for_the_topics_that_change_running_tasks() -> Non
 
     assert tasks_changed(envelope("/tasks/exit"))
     assert not tasks_changed(envelope("/tasks/exec-started"))
-    with pytest.raises(RuntimeFailure, match="Events.Subscribe answer does not parse"):
+    with pytest.raises(RuntimeFailure, match=r"Events\.Subscribe answer does not parse"):
         tasks_changed(b"\xff\xff")
