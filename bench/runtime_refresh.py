@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,46 +24,9 @@ from _common import ROOT, median
 
 sys.path.insert(0, str(ROOT))
 
+from runtimes import Runtime
+
 from gpu_enricher.runtime.source import ContainerSource
-from tests.runtime.containerd import Containerd
-from tests.runtime.dockerd import Dockerd
-
-
-class _Runtime:
-    """What the bench needs of either: start, a container given a GPU, its socket, stop."""
-
-    def __init__(self, kind: str) -> None:
-        self.docker = Dockerd() if kind == "docker" else None
-        self.containerd = Containerd() if kind == "containerd" else None
-
-    @property
-    def socket(self) -> Path:
-        return self.docker.socket if self.docker else self._containerd().socket
-
-    def _containerd(self) -> Containerd:
-        assert self.containerd is not None
-        return self.containerd
-
-    def start(self) -> None:
-        if self.docker is not None:
-            self.docker.start()
-            with tempfile.TemporaryDirectory() as work:
-                self.docker.import_image(Path(work))
-        else:
-            self._containerd().start()
-
-    def run(self, number: int) -> None:
-        env = [f"NVIDIA_VISIBLE_DEVICES={number % 8}"]
-        if self.docker is not None:
-            self.docker.run(f"c{number}", env)
-        else:
-            self._containerd().run("bench", f"c{number}", env)
-
-    def stop(self) -> None:
-        if self.docker is not None:
-            self.docker.stop()
-        else:
-            self._containerd().stop()
 
 
 async def measure(socket: Path, refreshes: int) -> tuple[float, float, list[float], list[float],
@@ -91,7 +53,7 @@ def main() -> int:
     parser.add_argument("--containers", default="10,50,200")
     parser.add_argument("--refreshes", type=int, default=30)
     args = parser.parse_args()
-    engine = _Runtime(args.runtime)
+    engine = Runtime(args.runtime)
     rows = []
     try:
         engine.start()
