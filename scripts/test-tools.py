@@ -2,8 +2,8 @@
 """Install what the test suite uses besides Python; tox runs this before pytest.
 
 - Prometheus and promtool (Debian's `prometheus` package), gcc (`gcc libc6-dev`, which builds
-  the fake libnvidia-ml) and Docker Engine with containerd and runc (`docker.io`) through
-  apt-get, when missing. That needs root, or `sudo -n` where it
+  the fake libnvidia-ml), Docker Engine with containerd and runc (`docker.io`) and Podman
+  (`podman`) through apt-get, when missing. That needs root, or `sudo -n` where it
   works; otherwise this prints the command to run and goes on: the tests that need a missing
   tool then skip, and fail under CI=true.
 - helm, which no Debian package ships, into the git-ignored .tools/bin/ (tox puts it first on
@@ -42,6 +42,8 @@ DEBIAN_PACKAGES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     # containerd 1.6 alone, its tasks made with ctr: tests/runtime/containerd.py.
     (("dockerd", "containerd", "ctr", "containerd-shim-runc-v2", "runc"),
      ("docker.io", "containerd", "runc")),
+    # Podman 4.3 serving its Docker-compatible API: tests/runtime/podman.py.
+    (("podman", "conmon"), ("podman",)),
 )
 
 

@@ -42,6 +42,9 @@ class _UnixConnection(http.client.HTTPConnection):
 
 class Dockerd:
     def __init__(self) -> None:
+        self.image = IMAGE
+        self.host_config: dict[str, Any] = {}
+        """What every container's HostConfig adds (Podman's ulimits)."""
         # A short path: a unix socket's name is at most 107 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="gpu-enricher-dockerd-", dir="/tmp"))
         self.socket = self.root / "docker.sock"
@@ -108,7 +111,7 @@ class Dockerd:
         tarball = work / "rootfs.tar"
         with tarfile.open(tarball, "w") as tar:
             tar.add(sleeper, arcname="sleeper")
-        repo, tag = IMAGE.split(":")
+        repo, tag = self.image.rsplit(":", 1)
         status, answer = self.api("POST", f"/images/create?fromSrc=-&repo={repo}&tag={tag}",
                                   raw=tarball.read_bytes())
         assert status == 200, answer
@@ -118,8 +121,9 @@ class Dockerd:
             labels: dict[str, str] | None = None) -> tuple[str, int]:
         """A started container running /sleeper: its ID and its process's PID on the host."""
         status, created = self.api("POST", f"/containers/create?name={quote(name)}", {
-            "Image": IMAGE, "Cmd": ["/sleeper"], "Env": list(env), "Labels": labels or {},
-            "HostConfig": {"DeviceRequests": list(device_requests), "NetworkMode": "none"}})
+            "Image": self.image, "Cmd": ["/sleeper"], "Env": list(env), "Labels": labels or {},
+            "HostConfig": {"DeviceRequests": list(device_requests), "NetworkMode": "none",
+                           **self.host_config}})
         assert status == 201, created
         status, answer = self.api("POST", f"/containers/{created['Id']}/start")
         assert status == 204, answer

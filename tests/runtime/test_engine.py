@@ -158,7 +158,7 @@ def test_an_event_says_the_containers_changed_only_when_they_did() -> None:
     def line(**event: object) -> bytes:
         return json.dumps(event).encode() + b"\n"
 
-    for action in ("start", "die", "destroy", "rename"):
+    for action in ("start", "die", "destroy", "remove", "rename"):
         assert container_changed(line(Type="container", Action=action, id="a"))
     assert container_changed(line(status="start", id="a")), "Podman's compatible form"
     assert container_changed(line(Type="container", Action="exec_start: sh -c true")) is False

@@ -6,9 +6,9 @@ a thread of the reader's own over `rpc`'s channel (no gRPC C core); containerd.p
 One read at a time: a pass that gives up waiting leaves the read running on its thread, and the
 next pass takes its outcome instead of asking again, as the kubelet's client does.
 
-Between reads, `follow` subscribes to containerd's events (`Events.Subscribe`, a server stream,
+Between reads, `events` subscribes to containerd's events (`Events.Subscribe`, a server stream,
 on a second thread: `rpc/stream.py`) for the topics that change the running tasks, and calls
-back on each; a stream that ends is subscribed again after 1 s, doubling to 30 s.
+back on each.
 """
 
 import asyncio
@@ -39,7 +39,6 @@ NAMESPACES: Final = "/containerd.services.namespaces.v1.Namespaces/List"
 TASKS: Final = "/containerd.services.tasks.v1.Tasks/List"
 GET: Final = "/containerd.services.containers.v1.Containers/Get"
 SUBSCRIBE: Final = "/containerd.services.events.v1.Events/Subscribe"
-RETRY_SECONDS: Final = (1.0, 30.0)  # the first wait after a stream ended, and the longest
 NAMESPACE_HEADER: Final = b"containerd-namespace"
 MAX_ANSWER_BYTES: Final = 10 << 20  # as the Engine API's bound
 MAX_GETS: Final = 256
@@ -153,36 +152,27 @@ class ContainerdReader:
         assert isinstance(result, RuntimeContainers)
         return result
 
-    def _listen(self, changed: Callable[[], None]) -> int:
-        """On the listener's thread: one subscription, until it ends; the events it told."""
-        told = 0
+    def _listen(self, changed: Callable[[], None]) -> None:
+        """On the listener's thread: one subscription, until it ends."""
         for envelope in self._stream.messages(SUBSCRIBE, subscribe_request()):
             if tasks_changed(envelope):
-                told += 1
                 changed()
-        return told
 
-    async def follow(self, changed: Callable[[], None]) -> None:
-        """Call `changed` (on the loop) after each event that changes the running tasks;
-        runs until cancelled."""
+    async def events(self, changed: Callable[[], None]) -> bool:
+        """Call `changed` (on the loop) after each event that changes the running tasks, until
+        the subscription ends."""
         loop = asyncio.get_running_loop()
 
         def on_loop() -> None:
             loop.call_soon_threadsafe(changed)
 
-        wait = RETRY_SECONDS[0]
         try:
-            while True:
-                try:
-                    if await asyncio.wrap_future(self._listener.submit(
-                            partial(self._listen, on_loop))):
-                        wait = RETRY_SECONDS[0]
-                except (CallError, RuntimeFailure):
-                    pass  # the reads' failures are what is counted and logged
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, RETRY_SECONDS[1])
+            await asyncio.wrap_future(self._listener.submit(partial(self._listen, on_loop)))
+        except CallError as exc:
+            raise _failure(exc) from None
         finally:
-            self._stream.close()  # wakes the listener's thread, which then ends the call
+            self._stream.close()  # cancelled: wakes the listener's thread, which ends the call
+        return True
 
     async def close(self) -> None:
         self._channel.close()

@@ -17,8 +17,9 @@ from ..attribution.containers import GpuRequest
 from .reader import RuntimeFailure
 
 MAX_LABEL_BYTES: Final = 128
-CONTAINER_CHANGES: Final = ("start", "die", "destroy", "rename")
-"""The events after which the running containers, or their names, differ."""
+CONTAINER_CHANGES: Final = ("start", "die", "destroy", "remove", "rename")
+"""The events after which the running containers, or their names, differ (Docker's `destroy`
+is Podman's `remove`)."""
 COMPOSE_PROJECT: Final = "com.docker.compose.project"
 COMPOSE_SERVICE: Final = "com.docker.compose.service"
 SHORT_ID: Final = 12

@@ -5,21 +5,17 @@ exists, so one inspect per container, not one per pass). At most `MAX_INSPECTS` 
 a pass (the rest the pass after), `INSPECTS_AT_ONCE` at a time.
 
 Between passes, the runtime's event stream (`GET /events`, containers only) says when a
-container started, stopped, was removed or renamed: `follow` calls back at once, so the source
-reads again and the picture is repainted without waiting for the next pass. A stream that breaks
-is opened again after a backoff (1 s, doubling to 30 s); a runtime without one (404) is left to
-the per-pass listing."""
+container started, stopped, was removed or renamed: `events` calls back at once, so the source
+reads again and the picture is repainted without waiting for the next pass."""
 
 import asyncio
 import json
-import logging
 from collections.abc import Callable
 from typing import Final
 from urllib.parse import quote
 
 from ..attribution.containers import GpuRequest, RuntimeContainer, RuntimeContainers
 from .engine import (
-    CONTAINER_CHANGES,
     container_changed,
     inspected,
     label_value,
@@ -27,17 +23,15 @@ from .engine import (
     listed_compose,
 )
 from .engine_client import EngineClient, EngineStatusError
-from .reader import RuntimeFailure
-
-log = logging.getLogger(__name__)
 
 MAX_INSPECTS: Final = 256
 """New containers inspected in one pass; a host starting more at once is named over passes."""
 NOT_FOUND: Final = 404
 INSPECTS_AT_ONCE: Final = 8
 EVENTS_PATH: Final = "/events?filters=" + quote(json.dumps(
-    {"type": ["container"], "event": list(CONTAINER_CHANGES)}, separators=(",", ":")))
-RETRY_SECONDS: Final = (1.0, 30.0)  # the first wait after a broken stream, and the longest
+    {"type": ["container"]}, separators=(",", ":")))
+"""Containers' events only; which of them matter is judged here (`container_changed`): Podman
+4.3 answers an `event` filter naming one it does not know (`destroy`) with an empty stream."""
 
 _Inspected = tuple[str, str, GpuRequest | None]
 """A container's name in the listing when inspected, its name as inspected, its GPUs."""
@@ -93,25 +87,18 @@ class EngineReader:
                 return "", None
             raise
 
-    async def follow(self, changed: Callable[[], None]) -> None:
-        """Call `changed` after each event that changes the running containers; runs until
-        cancelled (or a runtime that has no event stream)."""
-        wait = RETRY_SECONDS[0]
-        while True:
-            try:
-                async for line in self._client.lines(EVENTS_PATH):
-                    wait = RETRY_SECONDS[0]
-                    if container_changed(line):
-                        changed()
-            except EngineStatusError as exc:
-                if exc.status == NOT_FOUND:
-                    log.info("the container runtime has no event stream; containers that start "
-                             "or stop are seen at the next pass")
-                    return
-            except RuntimeFailure:
-                pass  # the listing's failures are what is counted and logged
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, RETRY_SECONDS[1])
+    async def events(self, changed: Callable[[], None]) -> bool:
+        """Call `changed` after each event that changes the running containers, until the
+        stream ends; False at once for a runtime that has no event stream (404)."""
+        try:
+            async for line in self._client.lines(EVENTS_PATH):
+                if container_changed(line):
+                    changed()
+        except EngineStatusError as exc:
+            if exc.status == NOT_FOUND:
+                return False
+            raise
+        return True
 
     async def close(self) -> None:
         await self._client.close()

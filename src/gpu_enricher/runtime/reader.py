@@ -28,9 +28,10 @@ class RuntimeReader(Protocol):
         given. Raises RuntimeFailure; bounded by the caller's deadline."""
         ...
 
-    async def follow(self, changed: Callable[[], None]) -> None:
-        """Call `changed` whenever the running containers change, between reads, for as long
-        as the runtime tells (its event stream); returns at once where it cannot."""
+    async def events(self, changed: Callable[[], None]) -> bool:
+        """Call `changed` whenever the runtime tells that the running containers changed (its
+        event stream), until the stream ends; False at once where the runtime has none.
+        Raises RuntimeFailure."""
         ...
 
     async def close(self) -> None: ...

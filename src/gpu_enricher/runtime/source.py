@@ -10,9 +10,9 @@ ever), the failure is logged once when it starts and once when it ends, and coun
 (a runtime restarted, or put where the socket was).
 
 Between passes, the runtime's events say when a container starts, stops, is removed or renamed
-(`follow`: the Engine API's `GET /events`, containerd's `Events.Subscribe`): the source reads
+(`events`: the Engine API's `GET /events`, containerd's `Events.Subscribe`): the source reads
 again at once and announces the change, so the picture is repainted within a moment rather than
-at the next pass.
+at the next pass. A stream that ends is opened again after 1 s, doubling to 30 s.
 """
 
 import asyncio
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_SECONDS: Final = 2.0
 """A whole refresh, the list and its inspects (dcgm-exporter's bound)."""
+RETRY_SECONDS: Final = (1.0, 30.0)  # the first wait after an event stream ended, the longest
 
 
 def _own_id() -> str | None:
@@ -91,7 +92,7 @@ class ContainerSource:
         async with self._lock:
             await self._read()
         if self._reader is not None and self._following is None and self._listeners:
-            self._following = asyncio.create_task(self._reader.follow(self._told),
+            self._following = asyncio.create_task(self._follow(self._reader),
                                                   name="runtime-events")
             if self._rereading is None:
                 self._rereading = asyncio.create_task(self._reread(), name="runtime-reread")
@@ -99,6 +100,26 @@ class ContainerSource:
     def _told(self) -> None:
         self.events += 1
         self._changed.set()
+
+    async def _follow(self, reader: RuntimeReader) -> None:
+        """The reader's events, for as long as it is the source's: a stream that ends is
+        opened again after RETRY_SECONDS (doubling); one that lasted, then ended, asks for a
+        read too (the runtime may have stopped: its labels go, and the failure shows, at once)."""
+        wait = RETRY_SECONDS[0]
+        while True:
+            began = time.monotonic()
+            try:
+                if not await reader.events(self._told):
+                    log.info("the container runtime at %s has no event stream; containers that "
+                             "start or stop are seen at the next pass", self.socket_path)
+                    return
+            except RuntimeFailure:
+                pass  # the reads' failures are what is counted and logged
+            if time.monotonic() - began > RETRY_SECONDS[0]:
+                wait = RETRY_SECONDS[0]
+                self._changed.set()
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RETRY_SECONDS[1])
 
     async def _reread(self) -> None:
         """A read for each burst of events, announced when the containers changed."""
