@@ -31,7 +31,7 @@ def _until(server: Server, name: str, shown: bool, timeout: float) -> float:
     started = time.monotonic()
     while _shown(server, name) != shown:
         if time.monotonic() - started > timeout:
-            raise RuntimeError(f"c{name} not {'shown' if shown else 'gone'} in {timeout:g}s")
+            raise RuntimeError(f"{name} not {'shown' if shown else 'gone'} in {timeout:g}s")
         time.sleep(0.01)
     return time.monotonic() - started
 

@@ -43,7 +43,7 @@ def test_labels_that_add_no_series_are_accepted(name: str) -> None:
 @pytest.mark.parametrize("name", ["gpu", "GPU_I_ID", "pod", "namespace", "container", "vgpu",
                                   "pid", "dra_claim_name", "xid", "err_code", "clock_event",
                                   "health_watch", "peer_gpu", "err_msg", "job", "instance",
-                                  "hpc_job"])
+                                  "hpc_job", "user"])
 def test_labels_that_tell_series_apart_are_refused(name: str) -> None:
     with pytest.raises(UsageError, match=f"^label '{name}' cannot be dropped: "):
         parse_drop_labels(f"UUID,{name}")

@@ -11,6 +11,7 @@ that a container started with `--gpus` (HostConfig.DeviceRequests) runs here wit
 import http.client
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -61,7 +62,8 @@ class Dockerd:
         hook.write_text(HOOK)
         hook.chmod(0o755)
         env = {**os.environ, "PATH": f"{hooks}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-        namespace = self.root.name
+        # containerd's namespaces are dot- or dash-joined words: mkdtemp's `_` may not be.
+        namespace = "gpu-enricher-" + secrets.token_hex(4)
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [dockerd, "--data-root", str(self.root / "data"),

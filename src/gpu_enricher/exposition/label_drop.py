@@ -52,6 +52,9 @@ REFUSED: Final[Mapping[str, str]] = MappingProxyType({
                      "our alerts select on it",
     names.LABEL_VGPU: f"it identifies a shared GPU's replica: {_IDENTIFIES}",
     names.LABEL_PID: f"it identifies the process: {_IDENTIFIES}",
+    names.LABEL_USER: "it identifies the person a GPU's series are copied for, and whose "
+                      f"process it is: {_IDENTIFIES} (without --container-labels there are "
+                      "no copies)",
     names.LABEL_HPC_JOB: f"it identifies the HPC job a GPU's series is repeated for: "
                          f"{_IDENTIFIES}",
     "dra_claim_name": f"it identifies the ResourceClaim a device is held through: "

@@ -115,3 +115,15 @@ def acknowledge(sock: socket.socket, kind: int, flags: int, payload: memoryview)
         sock.sendall(frame(PING, ACK, 0, bytes(payload)))
         return True
     return False
+
+
+def header_block(reader: FrameReader, flags: int, payload: memoryview) -> bytes:
+    """A HEADERS frame's whole header block: without its padding and priority, joined with the
+    CONTINUATION frames that must follow it, nothing between (RFC 9113, section 6.10)."""
+    block = bytes(unpadded(payload, flags)[5 if flags & PRIORITY else 0:])
+    while not flags & END_HEADERS:
+        kind, flags, _, fragment = reader.next()
+        if kind != CONTINUATION:
+            raise ProtocolError("a header block cut by another frame")
+        block += fragment
+    return block

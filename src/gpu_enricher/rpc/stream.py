@@ -1,52 +1,46 @@
 """A gRPC server-streaming call over HTTP/2 on a unix socket, blocking, for a client's own
 thread: containerd's `Events.Subscribe`, whose answer is one message per event for as long as
-containerd runs. The same rules as `wire`'s unary calls (PROTOCOL-HTTP2.md in grpc/grpc): the
-request is one HEADERS and one DATA frame that half-closes the stream; the answer is HEADERS,
-then length-prefixed messages cut anywhere across DATA frames, then trailers with the status.
-No deadline: the call lasts until the server ends it or `close` (from any thread) shuts the
-socket, which ends it as UNAVAILABLE.
+containerd runs. Its request is `wire`'s (`request_frames`, without a deadline); its answer is
+HEADERS, then length-prefixed messages cut anywhere across DATA frames, then trailers whose
+status ends the call (`answer.ended`), as PROTOCOL-HTTP2.md in grpc/grpc says. The call lasts
+until the server ends it, or `close` (from any thread, before or during it) shuts the socket,
+which ends it as UNAVAILABLE. One object, one call.
 """
 
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from hpack import Decoder, Encoder, HPACKError
+from hpack import Decoder
 
 from .answer import CallError, ended
 from .frames import (
     CONTINUATION,
     DATA,
-    ENABLE_PUSH,
-    END_HEADERS,
     END_STREAM,
     GOAWAY,
     HEADERS,
-    INITIAL_WINDOW_SIZE,
-    MAX_HEADER_LIST_SIZE,
-    PRIORITY,
+    PUSH_PROMISE,
     RST_STREAM,
     WINDOW_UPDATE,
-    ConnectionClosed,
     FrameReader,
     ProtocolError,
     acknowledge,
-    client_start,
     frame,
+    header_block,
     unpadded,
 )
 from .statuses import from_reset, http2_error_name
+from .wire import MAX_HEADER_LIST, STREAM, named_failures, request_frames
 
 WINDOW: Final = 1 << 20  # per stream and connection; topped up once half is used
-MAX_HEADER_LIST: Final = 64 << 10
-STREAM: Final = 1
 
 
 class ServerStream:
-    """One server-streaming call at a time to one unix socket."""
+    """One server-streaming call to one unix socket."""
 
     def __init__(self, socket_path: Path, peer: str, max_message_bytes: int = 1 << 20) -> None:
         self.socket_path = socket_path
@@ -54,10 +48,12 @@ class ServerStream:
         self.max_message_bytes = max_message_bytes
         self._lock = threading.Lock()
         self._socket: socket.socket | None = None
+        self._closed = False
 
     def close(self) -> None:
-        """End the call in progress (from any thread)."""
+        """End the call, in progress or still to come (from any thread)."""
         with self._lock:
+            self._closed = True
             sock = self._socket
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -65,77 +61,62 @@ class ServerStream:
 
     def messages(self, method: str, request: bytes,
                  metadata: Sequence[tuple[bytes, bytes]] = (),
+                 opened: Callable[[], object] | None = None,
                  connect_timeout: float = 2.0) -> Iterator[bytes]:
-        """Each message as it comes; CallError when the call fails or ends other than OK."""
+        """Each message as it comes; CallError when the call fails or ends other than OK.
+        `opened`: called once the server has answered the call's headers (it is subscribed)."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with self._lock:
-            self._socket = sock
+            closed, self._socket = self._closed, sock
         try:
-            sock.settimeout(connect_timeout)
-            sock.connect(str(self.socket_path))
-            sock.settimeout(None)
-            headers = Encoder().encode([
-                (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
-                (b":authority", b"localhost"), (b"te", b"trailers"),
-                (b"content-type", b"application/grpc"), (b"user-agent", b"gpu-enricher"),
-                *metadata,
-            ])
-            sock.sendall(b"".join((
-                client_start({ENABLE_PUSH: 0, INITIAL_WINDOW_SIZE: WINDOW,
-                              MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST}, WINDOW),
-                frame(HEADERS, END_HEADERS, STREAM, headers),
-                frame(DATA, END_STREAM, STREAM,
-                      b"\x00" + len(request).to_bytes(4, "big") + request),
-            )))
-            yield from self._receive(sock)
-        except ConnectionClosed:
-            raise CallError("UNAVAILABLE", f"UNAVAILABLE: {self.peer} closed the stream "
-                            f"{method}") from None
-        except (ProtocolError, HPACKError) as exc:
-            raise CallError("UNAVAILABLE", f"UNAVAILABLE: {self.peer}'s socket does not speak "
-                            f"HTTP/2 as gRPC does ({exc})") from None
-        except OSError as exc:
-            raise CallError("UNAVAILABLE", f"UNAVAILABLE: {self.socket_path}: "
-                            f"{exc.strerror or exc}") from None
+            if closed:
+                raise CallError("UNAVAILABLE", f"UNAVAILABLE: {method} closed before it began")
+            with named_failures(self.peer, self.socket_path, method):
+                sock.settimeout(connect_timeout)
+                sock.connect(str(self.socket_path))
+                sock.settimeout(None)
+                sock.sendall(request_frames(method, request, metadata, WINDOW, None))
+                yield from self._receive(sock, opened)
         finally:
             with self._lock:
                 self._socket = None
             sock.close()
 
-    def _receive(self, sock: socket.socket) -> Iterator[bytes]:
+    def _receive(self, sock: socket.socket,
+                 opened: Callable[[], object] | None) -> Iterator[bytes]:
         reader = FrameReader(sock, None)
         decoder = Decoder(MAX_HEADER_LIST)
-        blocks: list[dict[bytes, bytes]] = []  # the headers, then the trailers
+        headers: dict[bytes, bytes] | None = None
         pending = bytearray()  # the stream's DATA not yet a whole message
-        unacknowledged = 0
+        unacknowledged = 0  # DATA bytes of every stream since the last WINDOW_UPDATE
         while True:
             kind, flags, stream, payload = reader.next()
-            if kind == DATA and stream == STREAM:
-                pending += unpadded(payload, flags)
-                yield from self._whole(pending)
+            if kind == DATA:
+                if stream == 0:
+                    raise ProtocolError("DATA on stream 0")
                 unacknowledged += len(payload)
+                if stream == STREAM:
+                    pending += unpadded(payload, flags)
+                    yield from self._whole(pending)
+                    if flags & END_STREAM:  # no trailers: the status is missing
+                        self._end(pending, headers or {}, {})
+                        return
                 if unacknowledged >= WINDOW // 2:
                     increment = unacknowledged.to_bytes(4, "big")
                     sock.sendall(frame(WINDOW_UPDATE, 0, 0, increment) +
                                  frame(WINDOW_UPDATE, 0, STREAM, increment))
                     unacknowledged = 0
-                if flags & END_STREAM:
-                    ended(blocks[0] if blocks else {}, {}, self.peer)
-                    return
             elif kind == HEADERS:
-                block = bytes(unpadded(payload, flags)[5 if flags & PRIORITY else 0:])
                 end = bool(flags & END_STREAM)
-                while not flags & END_HEADERS:
-                    kind, flags, _, fragment = reader.next()
-                    if kind != CONTINUATION:
-                        raise ProtocolError("a header block cut by another frame")
-                    block += fragment
-                fields = dict(decoder.decode(block, raw=True))
+                fields = dict(decoder.decode(header_block(reader, flags, payload), raw=True))
                 if stream != STREAM or fields.get(b":status", b"").startswith(b"1"):
-                    continue
-                blocks.append(fields)
-                if end:  # the trailers (or a trailers-only answer): the call is over
-                    ended(blocks[0], blocks[-1] if len(blocks) > 1 else {}, self.peer)
+                    continue  # another stream's, or informational (1xx)
+                if headers is None and not end:
+                    headers = fields
+                    if opened is not None:
+                        opened()
+                elif end:  # the trailers, or a trailers-only answer: the call is over
+                    self._end(pending, headers if headers is not None else fields, fields)
                     return
             elif acknowledge(sock, kind, flags, payload):
                 pass
@@ -147,6 +128,15 @@ class ServerStream:
             elif kind == GOAWAY and int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF < STREAM:
                 raise CallError("UNAVAILABLE", f"UNAVAILABLE: {self.peer} closed the "
                                 "connection before taking the call")
+            elif kind in (PUSH_PROMISE, CONTINUATION):
+                raise ProtocolError(f"an unexpected frame of type {kind}")
+            # PRIORITY, WINDOW_UPDATE, unknown types, frames of other streams: nothing to do.
+
+    def _end(self, pending: bytearray, headers: dict[bytes, bytes],
+             trailers: dict[bytes, bytes]) -> None:
+        ended(headers, trailers, self.peer)
+        if pending:
+            raise CallError("INTERNAL", "INTERNAL: the stream ended inside a message")
 
     def _whole(self, pending: bytearray) -> Iterator[bytes]:
         """The whole messages at the front of `pending`, taken off it."""

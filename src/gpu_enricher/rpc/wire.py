@@ -22,7 +22,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -39,7 +39,6 @@ from .frames import (
     HEADERS,
     INITIAL_WINDOW_SIZE,
     MAX_HEADER_LIST_SIZE,
-    PRIORITY,
     PUSH_PROMISE,
     RST_STREAM,
     WINDOW_UPDATE,
@@ -49,6 +48,7 @@ from .frames import (
     acknowledge,
     client_start,
     frame,
+    header_block,
     unpadded,
 )
 from .statuses import CANCEL, from_reset, http2_error_name
@@ -59,6 +59,48 @@ waiting for a WINDOW_UPDATE every 64 KiB (HTTP/2's default); both are topped up 
 used."""
 MAX_HEADER_LIST: Final = 64 << 10
 STREAM: Final = 1  # the one stream of a connection
+
+
+def request_frames(method: str, request: bytes, metadata: Sequence[tuple[bytes, bytes]],
+                   window: int, timeout_seconds: float | None) -> bytes:
+    """All a call sends, for a new connection: the preface and SETTINGS (no push, `window` for
+    the stream and the connection), the request's HEADERS, and its one message in a DATA frame
+    that half-closes the stream. `metadata`: custom headers (lowercase ASCII names, gRPC's
+    metadata; containerd's `containerd-namespace`)."""
+    fields = [
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
+        (b":authority", b"localhost"), (b"te", b"trailers"),
+        (b"content-type", b"application/grpc"), (b"user-agent", b"gpu-enricher"),
+    ]
+    if timeout_seconds is not None:
+        # The server may give up too once the answer is of no use (ms, up to 8 digits).
+        fields.append((b"grpc-timeout",
+                       f"{min(_ceil_ms(timeout_seconds), 99_999_999)}m".encode()))
+    return b"".join((
+        client_start({ENABLE_PUSH: 0, INITIAL_WINDOW_SIZE: window,
+                      MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST}, window),
+        frame(HEADERS, END_HEADERS, STREAM, Encoder().encode([*fields, *metadata])),
+        frame(DATA, END_STREAM, STREAM, b"\x00" + len(request).to_bytes(4, "big") + request),
+    ))
+
+
+@contextlib.contextmanager
+def named_failures(peer: str, socket_path: Path, method: str) -> Iterator[None]:
+    """A connection's failures as the CallError gRPC's client would raise (UNAVAILABLE); the
+    call's deadline (TimeoutError, an OSError too) is the caller's to name."""
+    try:
+        yield
+    except TimeoutError:
+        raise
+    except ConnectionClosed:
+        raise CallError("UNAVAILABLE", f"UNAVAILABLE: {peer} closed the connection before "
+                        f"answering {method} whole") from None
+    except (ProtocolError, HPACKError) as exc:
+        raise CallError("UNAVAILABLE", f"UNAVAILABLE: {peer}'s socket does not speak HTTP/2 "
+                        f"as gRPC does ({exc})") from None
+    except OSError as exc:
+        raise CallError("UNAVAILABLE", f"UNAVAILABLE: {socket_path}: {exc.strerror or exc}"
+                        ) from None
 
 
 def _ceil_ms(seconds: float) -> int:
@@ -94,19 +136,12 @@ class UnaryChannel:
         with self._lock:
             self._socket = sock
         try:
-            return self._exchange(sock, method, request, metadata, deadline, timeout_seconds)
+            with named_failures(self.peer, self.socket_path, method):
+                return self._exchange(sock, method, request, metadata, deadline,
+                                      timeout_seconds)
         except TimeoutError:
             raise CallError("DEADLINE_EXCEEDED", f"DEADLINE_EXCEEDED: {method} not answered "
                             f"whole within {timeout_seconds:g}s") from None
-        except ConnectionClosed:
-            raise CallError("UNAVAILABLE", f"UNAVAILABLE: {self.peer} closed the connection "
-                            f"before answering {method}") from None
-        except (ProtocolError, HPACKError) as exc:
-            raise CallError("UNAVAILABLE", f"UNAVAILABLE: {self.peer}'s socket does not speak "
-                            f"HTTP/2 as gRPC does ({exc})") from None
-        except OSError as exc:
-            raise CallError("UNAVAILABLE", f"UNAVAILABLE: {self.socket_path}: "
-                            f"{exc.strerror or exc}") from None
         finally:
             with self._lock:
                 self._socket = None
@@ -118,21 +153,7 @@ class UnaryChannel:
         sock.settimeout(timeout_seconds)
         sock.connect(str(self.socket_path))
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        headers = Encoder().encode([
-            (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
-            (b":authority", b"localhost"), (b"te", b"trailers"),
-            (b"content-type", b"application/grpc"), (b"user-agent", b"gpu-enricher"),
-            # The server may give up too once the answer is of no use (ms, up to 8 digits).
-            (b"grpc-timeout", f"{min(_ceil_ms(timeout_seconds), 99_999_999)}m".encode()),
-            *metadata,
-        ])
-        sock.sendall(b"".join((
-            client_start({ENABLE_PUSH: 0, INITIAL_WINDOW_SIZE: WINDOW,
-                          MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST}, WINDOW),
-            frame(HEADERS, END_HEADERS, STREAM, headers),
-            frame(DATA, END_STREAM, STREAM,
-                  b"\x00" + len(request).to_bytes(4, "big") + request),
-        )))
+        sock.sendall(request_frames(method, request, metadata, WINDOW, timeout_seconds))
         answer = Answer(method, self.max_receive_bytes, self.peer)
         try:
             return self._receive(sock, answer, deadline)
@@ -168,14 +189,8 @@ class UnaryChannel:
                                  frame(WINDOW_UPDATE, 0, STREAM, increment))
                     unacknowledged = 0
             elif kind == HEADERS:
-                block = bytes(unpadded(payload, flags)[5 if flags & PRIORITY else 0:])
                 ended = bool(flags & END_STREAM)
-                while not flags & END_HEADERS:  # the rest of the block, in CONTINUATIONs
-                    kind, flags, _, fragment = reader.next()
-                    if kind != CONTINUATION:
-                        raise ProtocolError("a header block cut by another frame")
-                    block += fragment
-                fields = dict(decoder.decode(block, raw=True))
+                fields = dict(decoder.decode(header_block(reader, flags, payload), raw=True))
                 if stream == STREAM:
                     answer.add_headers(fields)
                     answer.ended = ended

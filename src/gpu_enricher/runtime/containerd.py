@@ -23,8 +23,11 @@ from .engine import compose_of, label_value, visible_devices
 from .reader import RuntimeFailure
 
 NAME_LABEL: Final = "nerdctl/name"
-CHANGE_TOPICS: Final = ("/tasks/start", "/tasks/exit", "/tasks/delete", "/containers/delete")
-"""The events after which the running tasks differ (`ctr events` shows them all)."""
+UPDATE_TOPIC: Final = "/containers/update"
+"""A container's labels changed (`nerdctl rename` rewrites its name label)."""
+CHANGE_TOPICS: Final = ("/tasks/start", "/tasks/exit", "/tasks/delete", "/containers/delete",
+                        UPDATE_TOPIC)
+"""The events after which the running tasks, or their names, differ (`ctr events` shows all)."""
 RUNNING: Final[int] = task_pb2.RUNNING
 _SLICE: Final = re.compile(r"[\w.@\\:-]+\.slice")
 
@@ -94,9 +97,10 @@ def described(wire: bytes, container_id: str) -> DescribedContainer:
     container = _parse(containers_pb2.GetContainerResponse, wire, "Containers.Get").container
     try:
         spec = json.loads(container.spec.value) if container.spec.value else {}
-    except ValueError as exc:
-        raise RuntimeFailure("answer", f"containerd's spec of {container_id} is not JSON "
-                             f"({exc})") from None
+    except (ValueError, RecursionError):
+        # One container's spec that is not the OCI JSON costs its GPUs and cgroup, never the
+        # other containers' labels: it is named, and given nothing.
+        spec = {}
     spec = spec if isinstance(spec, dict) else {}
     process = spec.get("process")
     env = process.get("env") if isinstance(process, dict) else None
@@ -116,6 +120,8 @@ def subscribe_request() -> bytes:
     return message
 
 
-def tasks_changed(wire: bytes) -> bool:
-    """Whether one `Envelope` of the stream says the running tasks changed."""
-    return bool(_parse(events_pb2.Envelope, wire, "Events.Subscribe").topic in CHANGE_TOPICS)
+def changed_topic(wire: bytes) -> str | None:
+    """The topic of one `Envelope` of the stream when it says the running tasks or a
+    container's labels changed; None for any other."""
+    topic = _parse(events_pb2.Envelope, wire, "Events.Subscribe").topic
+    return topic if topic in CHANGE_TOPICS else None

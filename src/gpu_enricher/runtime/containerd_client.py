@@ -12,6 +12,7 @@ back on each.
 """
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -25,24 +26,22 @@ from ..rpc.stream import ServerStream
 from ..rpc.wire import UnaryChannel
 from ..worker import BlockingWorker
 from .containerd import (
+    UPDATE_TOPIC,
     DescribedContainer,
+    changed_topic,
     described,
     get_request,
     namespaces,
     running_tasks,
     subscribe_request,
-    tasks_changed,
 )
-from .reader import RuntimeFailure
+from .reader import MAX_ANSWER_BYTES, MAX_NEW_CONTAINERS, RuntimeFailure
 
 NAMESPACES: Final = "/containerd.services.namespaces.v1.Namespaces/List"
 TASKS: Final = "/containerd.services.tasks.v1.Tasks/List"
 GET: Final = "/containerd.services.containers.v1.Containers/Get"
 SUBSCRIBE: Final = "/containerd.services.events.v1.Events/Subscribe"
 NAMESPACE_HEADER: Final = b"containerd-namespace"
-MAX_ANSWER_BYTES: Final = 10 << 20  # as the Engine API's bound
-MAX_GETS: Final = 256
-"""New containers read in one pass; a host starting more at once is named over passes."""
 DEADLINE_SECONDS: Final = 2.0
 
 _Task = tuple[str, str, int]
@@ -76,7 +75,11 @@ class ContainerdReader:
         self._reading: Future[object] | None = None
         self._described: dict[_Task, DescribedContainer | None] = {}
         """Touched on the reader's thread only."""
-        self._stream = ServerStream(Path(socket_path), "containerd")
+        self._relabelled = False
+        """Set by the listener's thread on a container's update: the next read reads every
+        container again (their labels, so their names, may have changed)."""
+        self.socket_path = socket_path
+        self._stream: ServerStream | None = None  # the subscription in progress
         self._listener = BlockingWorker("containerd-events")
 
     # --- on the reader's thread ------------------------------------------------------------
@@ -117,8 +120,11 @@ class ContainerdReader:
             tasks += [(namespace, cid, pid) for cid, pid in running_tasks(answer)
                       if cid != leave_out]
         live = set(tasks)
+        if self._relabelled:
+            self._relabelled = False
+            live = set()
         self._described = {t: d for t, d in self._described.items() if t in live}
-        for task in [t for t in tasks if t not in self._described][:MAX_GETS]:
+        for task in [t for t in tasks if t not in self._described][:MAX_NEW_CONTAINERS]:
             # Kept as each answers: a read its deadline cut short is not lost.
             self._described[task] = self._describe(task, deadline)
         containers: list[RuntimeContainer] = []
@@ -140,8 +146,13 @@ class ContainerdReader:
 
     # --- on the event loop -----------------------------------------------------------------
 
-    async def read(self, leave_out: str | None) -> RuntimeContainers:
+    async def read(self, leave_out: str | None, fresh: bool = False) -> RuntimeContainers:
         reading = self._reading
+        if fresh and reading is not None and not reading.done():
+            # Begun before the event this read answers: let it end, then read again.
+            with contextlib.suppress(BaseException):
+                await asyncio.wrap_future(reading)
+            reading = None
         if reading is None or reading.cancelled():
             reading = self._reading = self._worker.submit(partial(self._read_now, leave_out))
         try:
@@ -152,30 +163,37 @@ class ContainerdReader:
         assert isinstance(result, RuntimeContainers)
         return result
 
-    def _listen(self, changed: Callable[[], None]) -> None:
+    def _listen(self, stream: ServerStream, changed: Callable[[], object],
+                opened: Callable[[], object]) -> None:
         """On the listener's thread: one subscription, until it ends."""
-        for envelope in self._stream.messages(SUBSCRIBE, subscribe_request()):
-            if tasks_changed(envelope):
+        for envelope in stream.messages(SUBSCRIBE, subscribe_request(), opened=opened):
+            topic = changed_topic(envelope)
+            if topic == UPDATE_TOPIC:
+                self._relabelled = True
+            if topic is not None:
                 changed()
 
-    async def events(self, changed: Callable[[], None]) -> bool:
-        """Call `changed` (on the loop) after each event that changes the running tasks, until
-        the subscription ends."""
+    async def events(self, changed: Callable[[], None], opened: Callable[[], None]) -> bool:
+        """Call `changed` (on the loop) after each event that changes the running tasks or a
+        container's labels, until the subscription ends; False when containerd serves no
+        events (UNIMPLEMENTED)."""
         loop = asyncio.get_running_loop()
-
-        def on_loop() -> None:
-            loop.call_soon_threadsafe(changed)
-
+        stream = self._stream = ServerStream(Path(self.socket_path), "containerd")
         try:
-            await asyncio.wrap_future(self._listener.submit(partial(self._listen, on_loop)))
+            await asyncio.wrap_future(self._listener.submit(partial(
+                self._listen, stream, partial(loop.call_soon_threadsafe, changed),
+                partial(loop.call_soon_threadsafe, opened))))
         except CallError as exc:
+            if exc.code == "UNIMPLEMENTED":
+                return False
             raise _failure(exc) from None
         finally:
-            self._stream.close()  # cancelled: wakes the listener's thread, which ends the call
+            stream.close()  # cancelled: wakes the listener's thread, which ends the call
         return True
 
     async def close(self) -> None:
         self._channel.close()
-        self._stream.close()
+        if self._stream is not None:
+            self._stream.close()
         self._worker.stop()
         self._listener.stop()

@@ -40,7 +40,7 @@ class EngineAnswerError(RuntimeFailure):
 def decode(body: bytes, path: str) -> Any:
     try:
         return json.loads(body)
-    except ValueError as exc:  # UnicodeDecodeError included
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError included; too deep
         raise EngineAnswerError(f"{path}: not JSON ({exc})") from None
 
 
@@ -86,7 +86,7 @@ def container_changed(line: bytes) -> bool:
     included, says nothing."""
     try:
         event = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     if not isinstance(event, dict) or event.get("Type", "container") != "container":
         return False

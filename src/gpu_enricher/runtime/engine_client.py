@@ -2,15 +2,14 @@
 `GET /containers/<id>/json`, the `GET /events` stream), each answer at most 10 MiB
 (dcgm-exporter's bound). The fetch half; engine.py parses."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import aiohttp
 
 from .engine import EngineAnswerError, decode
-from .reader import RuntimeFailure
+from .reader import MAX_ANSWER_BYTES, RuntimeFailure
 
-MAX_ANSWER_BYTES: Final = 10 << 20
 _STREAMING: Final = aiohttp.ClientTimeout(total=None, sock_connect=2.0)
 """An event stream stays open for as long as the runtime runs: no total, no read deadline."""
 
@@ -68,13 +67,15 @@ class EngineClient:
             raise EngineUnavailable("unavailable", f"{self.socket_path}: {exc}") from None
         return decode(body, path)
 
-    async def lines(self, path: str) -> AsyncIterator[bytes]:
-        """The lines of a streamed answer (`GET /events`) as they come, each at most
-        MAX_LINE_BYTES, for as long as the runtime keeps the answer open. Raises as `get`."""
+    async def lines(self, path: str, opened: Callable[[], None]) -> AsyncIterator[bytes]:
+        """The lines of a streamed answer (`GET /events`) as they come (each within the
+        stream reader's limit, 64 KiB), for as long as the runtime keeps the answer open;
+        `opened` once its status says it is. Raises as `get`."""
         try:
             async with self._client().get(f"http://docker{path}", timeout=_STREAMING) as response:
                 if response.status // 100 != 2:
                     raise EngineStatusError(path, response.status)
+                opened()
                 while line := await response.content.readline():
                     yield line
         except PermissionError as exc:

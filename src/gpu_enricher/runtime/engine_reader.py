@@ -1,8 +1,8 @@
 """Docker's Engine API (and Podman's compatible one), read once per pass: the running
 containers (`GET /containers/json`), and for each one not seen before which GPUs it was given
 (`GET /containers/<id>/json`: a container's devices and environment never change once it
-exists, so one inspect per container, not one per pass). At most `MAX_INSPECTS` new containers
-a pass (the rest the pass after), `INSPECTS_AT_ONCE` at a time.
+exists, so one inspect per container, not one per pass). At most `MAX_NEW_CONTAINERS` new
+containers a pass (the rest the pass after), `INSPECTS_AT_ONCE` at a time.
 
 Between passes, the runtime's event stream (`GET /events`, containers only) says when a
 container started, stopped, was removed or renamed: `events` calls back at once, so the source
@@ -23,9 +23,8 @@ from .engine import (
     listed_compose,
 )
 from .engine_client import EngineClient, EngineStatusError
+from .reader import MAX_NEW_CONTAINERS
 
-MAX_INSPECTS: Final = 256
-"""New containers inspected in one pass; a host starting more at once is named over passes."""
 NOT_FOUND: Final = 404
 INSPECTS_AT_ONCE: Final = 8
 EVENTS_PATH: Final = "/events?filters=" + quote(json.dumps(
@@ -46,7 +45,8 @@ class EngineReader:
         self._client = EngineClient(socket_path)
         self._inspected: dict[str, _Inspected] = {}
 
-    async def read(self, leave_out: str | None) -> RuntimeContainers:
+    async def read(self, leave_out: str | None, fresh: bool = False) -> RuntimeContainers:
+        """Each call asks anew (`fresh` always holds)."""
         listing = await self._client.get("/containers/json")
         running, known = await self._ask(listing, leave_out)
         # dcgm-exporter's label: the inspected name, else the listed one, else the short ID.
@@ -73,7 +73,7 @@ class EngineReader:
             async with gate:  # kept as each answers: a refresh its deadline cut short is not lost
                 self._inspected[cid] = (name, *await self._inspect(cid))
 
-        for result in await asyncio.gather(*(inspect(c, n) for c, n in todo[:MAX_INSPECTS]),
+        for result in await asyncio.gather(*(inspect(c, n) for c, n in todo[:MAX_NEW_CONTAINERS]),
                                            return_exceptions=True):
             if isinstance(result, BaseException):
                 raise result
@@ -87,11 +87,11 @@ class EngineReader:
                 return "", None
             raise
 
-    async def events(self, changed: Callable[[], None]) -> bool:
+    async def events(self, changed: Callable[[], None], opened: Callable[[], None]) -> bool:
         """Call `changed` after each event that changes the running containers, until the
         stream ends; False at once for a runtime that has no event stream (404)."""
         try:
-            async for line in self._client.lines(EVENTS_PATH):
+            async for line in self._client.lines(EVENTS_PATH, opened):
                 if container_changed(line):
                     changed()
         except EngineStatusError as exc:

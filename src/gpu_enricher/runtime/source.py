@@ -102,38 +102,54 @@ class ContainerSource:
         self._changed.set()
 
     async def _follow(self, reader: RuntimeReader) -> None:
-        """The reader's events, for as long as it is the source's: a stream that ends is
-        opened again after RETRY_SECONDS (doubling); one that lasted, then ended, asks for a
-        read too (the runtime may have stopped: its labels go, and the failure shows, at once)."""
+        """The reader's events, for as long as it is the source's. Each stream, once open, asks
+        for a read (what changed before it could tell); one that ends or cannot be opened while
+        the runtime answered asks for a read too (it may have stopped: its labels go, and the
+        failure shows, at once). A stream that ends is opened again after RETRY_SECONDS
+        (doubling)."""
         wait = RETRY_SECONDS[0]
         while True:
-            began = time.monotonic()
+            opened = False
+
+            def on_open() -> None:
+                nonlocal opened
+                opened = True
+                self._changed.set()
+
             try:
-                if not await reader.events(self._told):
+                if not await reader.events(self._told, on_open):
                     log.info("the container runtime at %s has no event stream; containers that "
                              "start or stop are seen at the next pass", self.socket_path)
                     return
             except RuntimeFailure:
                 pass  # the reads' failures are what is counted and logged
-            if time.monotonic() - began > RETRY_SECONDS[0]:
-                wait = RETRY_SECONDS[0]
+            except Exception:  # a defect: logged; the stream is opened again all the same
+                log.exception("following the container runtime's events failed")
+            if opened or self._up:
                 self._changed.set()
+            if opened:
+                wait = RETRY_SECONDS[0]
             await asyncio.sleep(wait)
             wait = min(wait * 2, RETRY_SECONDS[1])
 
     async def _reread(self) -> None:
-        """A read for each burst of events, announced when the containers changed."""
+        """A read for each burst of events, announced when the containers changed or the
+        runtime stopped (or started again) answering."""
         while True:
             await self._changed.wait()
             self._changed.clear()
-            before = self._snapshot
-            async with self._lock:
-                await self._read()
-            if self._snapshot != before:
+            before = (self._snapshot, self._up)
+            try:
+                async with self._lock:
+                    await self._read(fresh=True)
+            except Exception:  # a defect: logged; the next event, or pass, reads again
+                log.exception("reading the container runtime after its event failed")
+                continue
+            if (self._snapshot, self._up) != before:  # the containers, or the runtime's health
                 for callback in self._listeners:
                     callback()
 
-    async def _read(self) -> None:
+    async def _read(self, fresh: bool = False) -> None:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(TIMEOUT_SECONDS):
@@ -141,7 +157,7 @@ class ContainerSource:
                     kind = await socket_kind(self.socket_path, TIMEOUT_SECONDS)
                     self._reader = ContainerdReader(self.socket_path) if kind == CONTAINERD \
                         else EngineReader(self.socket_path)
-                self._snapshot = await self._reader.read(self.own_id)
+                self._snapshot = await self._reader.read(self.own_id, fresh)
         except TimeoutError:
             self._failed("timeout", f"no whole answer within {TIMEOUT_SECONDS:g}s")
             return
@@ -220,7 +236,7 @@ class ContainerSource:
         for task in (self._following, self._rereading):
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         if self._reader is not None:
             await self._reader.close()

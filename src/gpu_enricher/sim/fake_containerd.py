@@ -1,17 +1,20 @@
 """A fake containerd: the simulated containerd host's containers, served on a unix socket as
 containerd serves them, by a real grpc.aio server (`Namespaces.List`, `Tasks.List`,
-`Containers.Get` with the `containerd-namespace` metadata), so `--simulate containerd-host`
-runs `--container-labels` through the same client a real host's containerd answers. Only what
-the exporter reads is in the answers."""
+`Containers.Get` with the `containerd-namespace` metadata, and `Events.Subscribe`, open and
+quiet: the simulated containers never change), so `--simulate containerd-host` runs
+`--container-labels` through the same client a real host's containerd answers. Only what the
+exporter reads is in the answers."""
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from ..rpc._generated.containerd.services.containers.v1 import containers_pb2
+from ..rpc._generated.containerd.services.events.v1 import events_pb2
 from ..rpc._generated.containerd.services.namespaces.v1 import namespace_pb2
 from ..rpc._generated.containerd.services.tasks.v1 import tasks_pb2
 from ..rpc._generated.containerd.types.task import task_pb2
@@ -36,6 +39,7 @@ class FakeContainerd:
         self.pids = pids  # a container's name → its first process's PID (else a made-up one)
         self.requests = 0
         self._server: Any = None
+        self._stopping = asyncio.Event()
 
     @staticmethod
     def _namespace(context: Any) -> str:
@@ -69,6 +73,13 @@ class FakeContainerd:
         answer.container.spec.value = _spec(found)
         return answer
 
+    async def _subscribe(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        self.requests += 1
+        await context.send_initial_metadata(())
+        await self._stopping.wait()
+        return
+        yield  # an async generator that yields nothing: the stream stays open, quiet
+
     async def start(self) -> None:
         server = grpc.aio.server()
 
@@ -84,12 +95,17 @@ class FakeContainerd:
                 "List": unary(self._tasks, tasks_pb2.ListTasksRequest)}),
             grpc.method_handlers_generic_handler("containerd.services.containers.v1.Containers", {
                 "Get": unary(self._get, containers_pb2.GetContainerRequest)}),
+            grpc.method_handlers_generic_handler("containerd.services.events.v1.Events", {
+                "Subscribe": grpc.unary_stream_rpc_method_handler(
+                    self._subscribe, request_deserializer=events_pb2.SubscribeRequest.FromString,
+                    response_serializer=lambda message: message.SerializeToString())}),
         ))
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._server is not None:
             await self._server.stop(grace=None)
             self._server = None
