@@ -89,3 +89,23 @@ async def test_close_ends_a_subscription_that_waits(path: Path) -> None:
     assert got == [b"one", "UNAVAILABLE"]
     with pytest.raises(CallError, match="UNAVAILABLE"):
         list(stream(path.with_name("absent.sock")).messages(SUBSCRIBE, b""))
+
+
+async def test_opened_is_told_once_the_server_answers_and_a_cut_message_is_an_error(
+        path: Path) -> None:
+    told: list[str] = []
+    channel = stream(path)
+    async with Http2Server(path, pieces(message(b"whole"), message(b"cut")[:6])):
+        with pytest.raises(CallError, match="INTERNAL: the stream ended inside a message"):
+            for received in await asyncio.to_thread(
+                    lambda: list(channel.messages(SUBSCRIBE, b"",
+                                                  opened=lambda: told.append("opened")))):
+                told.append(received.decode())
+    assert told == ["opened"], "opened before any message; nothing handed out after a fault"
+
+
+def test_a_stream_closed_before_it_begins_never_connects(path: Path) -> None:
+    channel = stream(path)
+    channel.close()
+    with pytest.raises(CallError, match="closed before it began"):
+        list(channel.messages(SUBSCRIBE, b""))
