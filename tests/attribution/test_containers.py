@@ -74,6 +74,11 @@ def test_a_container_is_found_by_its_cgroup_when_its_id_is_not_hex() -> None:
     assert found.name_of(host("/lab")) is None
     assert found.name_of(host(None)) is None
     assert found.name_of(host("/system.slice/docker-x.scope", ID_A)) == "web", "ID first"
+    # The exporter in a cgroup namespace of its own sees the others relative to its own.
+    assert found.name_of(host("/../../lab/trainer")) == "trainer"
+    assert found.name_of(host("/../trainer/worker")) == "trainer", "matched by its end"
+    assert found.name_of(host("/../x")) == "x"
+    assert found.name_of(host("/../elsewhere")) is None
     assert outside_pods(found, ProcessTable({7: host("/default/x")})) == \
         {7: ("container", "x")}, "named as a container, not as its user"
 

@@ -69,9 +69,22 @@ class RuntimeContainers:
         if host.runtime_container is not None and host.runtime_container in self.names:
             return self.names[host.runtime_container]
         path = host.cgroup
-        while self.cgroups and path and path != "/":
+        if not self.cgroups or not path:
+            return None
+        outside = path.startswith("/../")
+        if outside:
+            # The exporter in a cgroup namespace of its own (nerdctl's default on cgroup v2)
+            # sees other cgroups relative to its own: `/../../lab/trainer`. Without what sits
+            # above, the path is matched by its end.
+            while path.startswith("/../"):
+                path = path[3:]
+        while path and path != "/":
             if path in self.cgroups:
                 return self.cgroups[path]
+            if outside:
+                found = [n for known, n in self.cgroups.items() if known.endswith(path)]
+                if len(found) == 1:
+                    return found[0]
             path = path.rpartition("/")[0]
         return None
 
