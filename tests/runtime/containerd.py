@@ -79,6 +79,10 @@ class Containerd:
                   "/sleeper", namespace=namespace)
         return self.pid(namespace, container_id)
 
+    def label(self, namespace: str, container_id: str, label: str) -> None:
+        """Set one of a container's labels (`nerdctl rename` rewrites `nerdctl/name` so)."""
+        self._ctr("container", "label", container_id, label, namespace=namespace)
+
     def pid(self, namespace: str, container_id: str) -> int:
         for line in self._ctr("task", "ls", namespace=namespace).stdout.splitlines()[1:]:
             task, pid, *_ = line.split()

@@ -97,5 +97,8 @@ async def test_a_task_is_named_on_containerd_s_event_not_at_the_next_pass(
     body = await until(exp, lambda b: temp(b, 0, "late"), within=5.0)
     assert time.monotonic() - started < 5.0
     assert (value(body, "gpu_enricher_runtime_events_total") or 0) >= 1
+    # As `nerdctl rename` does: its name label rewritten (/containers/update).
+    await asyncio.to_thread(containerd.label, "lab", "late", "nerdctl/name=renamed")
+    await until(exp, lambda b: temp(b, 0, "renamed") and not copied(b, "late"), within=5.0)
     await asyncio.to_thread(containerd.remove, "lab", "late")
-    await until(exp, lambda b: not copied(b, "late"), within=5.0)
+    await until(exp, lambda b: not copied(b, "renamed"), within=5.0)
