@@ -1,14 +1,16 @@
 """containerd's gRPC API over its socket, read once per pass: every namespace, the running
-tasks in each, and each container not seen before (`Containers.Get`: its labels and spec do not
-change while its task runs, so one read per task, not per pass). Only reads. The calls run on
-a thread of the reader's own over `rpc`'s channel (no gRPC C core); containerd.py parses.
+tasks in each, and each container not seen before (`Containers.Get`: its spec does not change
+while its task runs, so one read per task, not per pass; its labels only with an update event,
+after which every container is read again). Only reads. The calls run on a thread of the
+reader's own over `rpc`'s channel (no gRPC C core); containerd.py parses.
 
 One read at a time: a pass that gives up waiting leaves the read running on its thread, and the
-next pass takes its outcome instead of asking again, as the kubelet's client does.
+next pass takes its outcome instead of asking again, as the kubelet's client does; a read an
+event asks for waits for it, then reads anew.
 
 Between reads, `events` subscribes to containerd's events (`Events.Subscribe`, a server stream,
-on a second thread: `rpc/stream.py`) for the topics that change the running tasks, and calls
-back on each.
+on a second thread: `rpc/stream.py`) for the topics that change the running tasks or a
+container's labels, and calls back on each.
 """
 
 import asyncio
