@@ -9,7 +9,14 @@ import pytest
 from gpu_enricher.attribution.devices import Attribution, Holder
 from gpu_enricher.attribution.workloads import Allocation, PodIndex, gpu_processes
 from gpu_enricher.cli.inspect import api_url, tables
-from gpu_enricher.exposition.query import encode, filtered, gpus_document, with_accounts
+from gpu_enricher.exposition.query import (
+    Billed,
+    OutsidePods,
+    encode,
+    filtered,
+    gpus_document,
+    with_accounts,
+)
 from gpu_enricher.model import (
     JobMapping,
     ProcessTable,
@@ -209,7 +216,7 @@ def test_each_holder_gets_its_gpu_time_and_energy_and_inspect_shows_them() -> No
                ("dev", "notebook", "jupyter", "nvidia.com/mig-4g.40gb"): 120.5}
     joules = {(0, "ml", "train-0", "trainer", None): 250000.0,
               (1, "dev", "notebook", "jupyter", 1): 900.0}
-    billed = with_accounts(document(), seconds, joules)
+    billed = with_accounts(document(), Billed(seconds, joules))
     (holder,) = billed["gpus"][0]["holders"]
     assert (holder["gpu_seconds"], holder["energy_joules"]) == (3600.0, 250000.0)
     mig = next(i for i in billed["gpus"][1]["mig_instances"] if i["gpu_instance_id"] == 1)
@@ -267,3 +274,21 @@ def test_tables_vanished_process_name() -> None:
 )
 def test_api_url(base: str, namespace: str | None, pod: str | None, url: str) -> None:
     assert api_url(base, namespace, pod) == url
+
+
+def test_containers_and_people_outside_pods_get_their_accounts_and_inspect_shows_them() -> None:
+    """Issue 34: on a host without Kubernetes each device's `accounts` are the GPU time (every
+    device they use) and energy (this device) of the containers and people using it."""
+    index = PodIndex.of(PODS)
+    outside = OutsidePods({(0, None): (("container", "notebook"), ("user", "alice"))})
+    doc = gpus_document(NODE, Attribution({}), (), index, "lab-1", 1700000000.5, True,
+                        outside=outside)
+    billed = with_accounts(doc, Billed(occupant_seconds={("container", "notebook"): 60.0},
+                                       occupant_joules={(0, "user", "alice", None): 12.5}))
+    assert billed["gpus"][0]["accounts"] == [
+        {"container": "notebook", "gpu_seconds": 60.0, "energy_joules": None},
+        {"user": "alice", "gpu_seconds": None, "energy_joules": 12.5}]
+    assert billed["gpus"][1]["accounts"] == []
+    billing = rows(tables(billed), "GPU  GI  NAMESPACE", key=4)
+    assert billing["notebook"] == ["0", "-", "-", "-", "notebook", "-", "60", "-"]
+    assert billing["user"] == ["0", "-", "-", "-", "user", "alice", "-", "-", "12"]

@@ -61,6 +61,11 @@ async def test_simulate_docker_host_labels_series_with_their_containers(
     gpus = json.loads(answer)["gpus"]
     assert [(g["containers"], g["users"]) for g in gpus] == [
         (["vllm-llama"], []), (["embedder"], []), (["notebook"], []), ([], ["alice"])]
+    accounts = [[{k: v for k, v in a.items() if k in ("container", "user")} for a in g["accounts"]]
+                for g in gpus]
+    assert accounts == [[{"container": "vllm-llama"}], [{"container": "embedder"}],
+                        [{"container": "notebook"}], [{"user": "alice"}]]
+    assert all(a["gpu_seconds"] is not None for g in gpus for a in g["accounts"])
     assert [(p["pid"], p["container"], p["user"]) for g in gpus for p in g["processes"]] == [
         (3100, "vllm-llama", None), (3300, "embedder", None), (4100, "notebook", None),
         (5200, None, "alice")]

@@ -92,10 +92,16 @@ def _amount(value: Any) -> str:
 
 def _billing(gpu: dict[str, Any], gi: str, device: dict[str, Any]) -> list[list[str]]:
     """One row per holder: its GPU time (the container's devices of that resource) and its
-    energy on this device, since the exporter started."""
-    return [[str(gpu["index"]), gi, h["namespace"], h["pod"], h["container"], h["resource"],
+    energy on this device, since the exporter started; and per container or person using it
+    outside pods (a host without Kubernetes), theirs."""
+    rows = [[str(gpu["index"]), gi, h["namespace"], h["pod"], h["container"], h["resource"],
              _amount(h.get("gpu_seconds")), _amount(h.get("energy_joules"))]
             for h in device.get("holders", [])]
+    for account in device.get("accounts", []):
+        who = account["container"] if "container" in account else f"user {account['user']}"
+        rows.append([str(gpu["index"]), gi, "-", "-", who, "-",
+                     _amount(account.get("gpu_seconds")), _amount(account.get("energy_joules"))])
+    return rows
 
 
 def tables(document: dict[str, Any]) -> str:

@@ -4,10 +4,10 @@ each render its inputs and the pure join's outputs; the accounts step and give t
 """
 
 from ..attribution.containers import Occupant
-from ..attribution.energy import ENERGY_FIELD, POWER_FIELD, is_pod_payer
+from ..attribution.energy import ENERGY_FIELD, POWER_FIELD, is_occupant_payer, is_pod_payer
 from ..attribution.shares import Tenant, occupant_shares
 from ..exposition.chargeback import EnergyView, gpu_seconds_family, host_pairs
-from ..exposition.query import GpuSeconds, Joules
+from ..exposition.query import Billed
 from ..exposition.render import Family
 from ..model import NodeSnapshot, ProcessTable
 from .cycle import CycleInputs, CycleOutputs
@@ -60,11 +60,15 @@ class PodAccounts:
             families += self._energy_shown[1]
         return families
 
-    def billed(self) -> tuple[GpuSeconds, Joules]:
+    def billed(self) -> Billed:
         """What the accounts hold for the query document (exposition/query.with_accounts)."""
         joules: dict[tuple[int, str, str, str, int | None], float] = {}
+        occupant_joules: dict[tuple[int, str, str, int | None], float] = {}
         for account in self._energy.accounts():
             for payer, total in account.totals.items():
                 if is_pod_payer(payer):
                     joules[(account.gpu, *payer)] = total
-        return self._gpu_time.totals, joules
+                elif is_occupant_payer(payer):
+                    occupant_joules[(account.gpu, *payer)] = total
+        return Billed(self._gpu_time.totals, joules, self._occupied_time.totals,
+                      occupant_joules)

@@ -59,6 +59,6 @@ class Painter:
         if joined.claims is not None:
             own += claim_family(joined.claims.claimed, joined.claims.unresolved)
         own += own_extra
-        document = with_accounts(joined.document, *self.accounts.billed())
+        document = with_accounts(joined.document, self.accounts.billed())
         return Picture(Exposition.from_families(families, self._own.render(own), self._lines),
                        document, encode(document) if encode_document else None)

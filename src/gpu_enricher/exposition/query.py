@@ -146,30 +146,48 @@ GpuSeconds = Mapping[tuple[str, str, str, str], float]
 """GPU-seconds since start by (namespace, pod, container, resource): collector/ledger.py."""
 Joules = Mapping[tuple[int, str, str, str, int | None], float]
 """Joules since start by (GPU index, namespace, pod, container, GPU instance or None)."""
+OccupantJoules = Mapping[tuple[int, str, str, int | None], float]
+"""Joules since start by (GPU index, `container` or `user`, name, GPU instance or None)."""
 
 
-def _billed(holders: list[Document], gpu: int, instance: int | None, seconds: GpuSeconds,
-            joules: Joules) -> list[Document]:
-    out = []
-    for holder in holders:
+@dataclass(frozen=True, slots=True)
+class Billed:
+    """What the accounts hold (collector/accounts.py): per pod container, and on a host without
+    Kubernetes per container and person (`Occupant`)."""
+
+    seconds: GpuSeconds = field(default_factory=dict)
+    joules: Joules = field(default_factory=dict)
+    occupant_seconds: Mapping[Occupant, float] = field(default_factory=dict)
+    occupant_joules: OccupantJoules = field(default_factory=dict)
+
+
+def _billed(device: Document, gpu: int, instance: int | None, billed: Billed) -> Document:
+    holders = []
+    for holder in device["holders"]:
         tenant = (holder["namespace"], holder["pod"], holder["container"])
-        out.append({**holder, "gpu_seconds": seconds.get((*tenant, holder["resource"])),
-                    "energy_joules": joules.get((gpu, *tenant, instance))})
-    return out
+        holders.append({**holder,
+                        "gpu_seconds": billed.seconds.get((*tenant, holder["resource"])),
+                        "energy_joules": billed.joules.get((gpu, *tenant, instance))})
+    occupants = [*((LABEL_CONTAINER, n) for n in device["containers"]),
+                 *((LABEL_USER, n) for n in device["users"])]
+    accounts = [{label: name, "gpu_seconds": billed.occupant_seconds.get((label, name)),
+                 "energy_joules": billed.occupant_joules.get((gpu, label, name, instance))}
+                for label, name in occupants]
+    return {**device, "holders": holders, "accounts": accounts}
 
 
-def with_accounts(document: Document, seconds: GpuSeconds, joules: Joules) -> Document:
+def with_accounts(document: Document, billed: Billed) -> Document:
     """Each holder with its GPU time (all the pod container's devices of that resource) and
     its energy on that device since start, as the `gpu_enricher_pod_*_total` series of the
-    same picture say (null where none is kept: without -k, or --process-metrics for energy)."""
+    same picture say (null where none is kept: without -k, or --process-metrics for energy);
+    and each device's `accounts`, the same for the containers and people using it outside pods
+    (`--container-labels`: their GPU time on every device, their energy on this one)."""
     gpus = []
     for gpu in document["gpus"]:
         index = gpu["index"]
-        instances = [{**i, "holders": _billed(i["holders"], index, i["gpu_instance_id"],
-                                              seconds, joules)}
+        instances = [_billed(i, index, i["gpu_instance_id"], billed)
                      for i in gpu["mig_instances"]]
-        gpus.append({**gpu, "holders": _billed(gpu["holders"], index, None, seconds, joules),
-                     "mig_instances": instances})
+        gpus.append({**_billed(gpu, index, None, billed), "mig_instances": instances})
     return {**document, "gpus": gpus}
 
 
