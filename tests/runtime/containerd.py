@@ -4,7 +4,6 @@ containerd-shim-runc-v2) from a root filesystem of one static program that sleep
 no registry: `ctr run --rootfs`. ctr, containerd's own client, creates, starts and stops them;
 the exporter only reads (its own gRPC client, `runtime/containerd_client.py`)."""
 
-import shutil
 import subprocess
 import tempfile
 import time
@@ -12,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.conftest import require_tool
-from tests.runtime.dockerd import SLEEPER
+from tests.runtime.dockerd import SLEEPER, end_daemon
 
 CONFIG = """version = 2
 root = "{root}/root"
@@ -106,12 +105,4 @@ class Containerd:
                 for task in self._ctr("task", "ls", "--quiet",
                                       namespace=namespace).stdout.split():
                     self.remove(namespace, task)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        subprocess.run(["umount", "-R", str(self.root / "state")], capture_output=True,
-                       check=False)
-        shutil.rmtree(self.root, ignore_errors=True)
+        end_daemon(self.proc, self.root, self.root / "state")

@@ -41,16 +41,33 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock.connect(self.path)
 
 
+def end_daemon(proc: subprocess.Popen[bytes] | None, root: Path, mounted: Path) -> None:
+    """A runtime the tests started: terminated (killed if it lingers), what it left mounted
+    under `mounted` unmounted, its directory removed."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    subprocess.run(["umount", "-R", str(mounted)], capture_output=True, check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 class Dockerd:
+    name = "dockerd"
+
     def __init__(self) -> None:
         self.image = IMAGE
         self.host_config: dict[str, Any] = {}
         """What every container's HostConfig adds (Podman's ulimits)."""
         # A short path: a unix socket's name is at most 107 bytes.
-        self.root = Path(tempfile.mkdtemp(prefix="gpu-enricher-dockerd-", dir="/tmp"))
-        self.socket = self.root / "docker.sock"
+        self.root = Path(tempfile.mkdtemp(prefix=f"gpu-enricher-{self.name}-", dir="/tmp"))
+        self.socket = self.root / f"{self.name}.sock"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = self.root / "dockerd.log"
+        self.log = self.root / f"{self.name}.log"
+        self.mounted = self.root / "exec"  # what the runtime mounts, left behind if it dies
 
     def start(self, timeout: float = 60.0) -> None:
         dockerd = require_tool("dockerd")
@@ -73,6 +90,11 @@ class Dockerd:
                  "--containerd-namespace", namespace,
                  "--containerd-plugins-namespace", f"{namespace}-plugins"],
                 env=env, stdout=log, stderr=subprocess.STDOUT)
+        self._wait_answering(timeout)
+
+    def _wait_answering(self, timeout: float) -> None:
+        """Until `GET /_ping` answers 200 on the socket."""
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()[-3000:]
@@ -82,7 +104,7 @@ class Dockerd:
             except OSError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"dockerd did not answer: {self.log.read_text()[-3000:]}")
+        raise RuntimeError(f"{self.name} did not answer: {self.log.read_text()[-3000:]}")
 
     def api(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
             timeout: float = 60.0) -> tuple[int, Any]:
@@ -140,16 +162,8 @@ class Dockerd:
         if self.proc is not None and self.proc.poll() is None:
             for container in self.api("GET", "/containers/json?all=true")[1] or []:
                 self.api("DELETE", f"/containers/{container['Id']}?force=true")
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        # vfs layers are plain directories; what dockerd left mounted is gone with it.
-        subprocess.run(["umount", "-R", str(self.root / "exec")], capture_output=True,
-                       check=False)
-        shutil.rmtree(self.root, ignore_errors=True)
+        # vfs layers are plain directories; what the runtime left mounted is gone with it.
+        end_daemon(self.proc, self.root, self.mounted)
 
 
 def gpu_request(*device_ids: str, count: int = 0) -> dict[str, Any]:

@@ -7,11 +7,7 @@ and ulimits this sandbox allows (Podman's defaults ask for more open files and p
 the test's hard limits)."""
 
 import resource
-import shutil
 import subprocess
-import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
 from tests.conftest import require_tool
@@ -26,15 +22,14 @@ def _ulimits() -> list[dict[str, Any]]:
 
 
 class Podman(Dockerd):
+    name = "podman"
+
     def __init__(self) -> None:
-        # A short path: a unix socket's name is at most 107 bytes.
-        self.root = Path(tempfile.mkdtemp(prefix="gpu-enricher-podman-", dir="/tmp"))
-        self.socket = self.root / "podman.sock"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = self.root / "podman.log"
+        super().__init__()
+        self.mounted = self.root / "run"
         # Podman 4.3 imports without the tag asked for; no short-name lookup in registries.
         self.image = "localhost/gpu-enricher-tiny:latest"
-        self.host_config: dict[str, Any] = {"Ulimits": _ulimits()}
+        self.host_config = {"Ulimits": _ulimits()}
 
     def _podman(self) -> list[str]:
         (self.root / "tmp").mkdir(exist_ok=True)
@@ -50,27 +45,4 @@ class Podman(Dockerd):
             self.proc = subprocess.Popen(
                 [*self._podman(), "system", "service", "--time=0", f"unix://{self.socket}"],
                 stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            try:
-                if self.api("GET", "/_ping")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"podman did not answer: {self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            for container in self.api("GET", "/containers/json?all=true")[1] or []:
-                self.api("DELETE", f"/containers/{container['Id']}?force=true")
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        subprocess.run(["umount", "-R", str(self.root / "run")], capture_output=True,
-                       check=False)
-        shutil.rmtree(self.root, ignore_errors=True)
+        self._wait_answering(timeout)

@@ -8,17 +8,25 @@ unnamed; a containerd that stops costs its labels after a while, never /metrics.
 
 import asyncio
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.app.fault_helpers import Process, fetch, nvml_env, until
+from tests.app.fault_helpers import Process, nvml_env, until
 from tests.app.test_process import Exporter
 from tests.app.test_process import exporters as exporters  # the fixture
 from tests.runtime.containerd import Containerd
-from tests.runtime.test_docker import COMPOSE, NOBODY_NAME, SOURCE_UP, UUID0, copied, temp
+from tests.runtime.test_docker import (
+    COMPOSE,
+    NOBODY_NAME,
+    UUID0,
+    copied,
+    shown_at_once,
+    slow_passes,
+    stopped_runtime_costs_its_labels,
+    temp,
+)
 from tests.runtime.test_docker import person as person  # the fixture
 from tests.samples import value
 
@@ -71,32 +79,16 @@ async def test_containerd_tasks_name_their_series(
     body = await until(exp, lambda b: not copied(b, "trainer"))
     assert temp(body, 1, "indexer")
 
-    await asyncio.to_thread(containerd.stop)
-    body = await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 0)
-    assert value(body, "gpu_enricher_collection_errors_total", source="containers",
-                 reason="unavailable")
-    body = await until(exp, lambda b: not copied(b, "indexer"))
-    status, body = await fetch(exp)
-    assert status == 200 and temp(body, 0) and temp(body, 1)
-    code, err = exp.stop()
-    assert code == 0, err
-    assert f"the container runtime at {containerd.socket} cannot be asked" in err, err
+    await stopped_runtime_costs_its_labels(exp, containerd.stop, containerd.socket)
 
 
 async def test_a_task_is_named_on_containerd_s_event_not_at_the_next_pass(
         exporters: list[Exporter], fake_nvml_path: Path, containerd: Containerd) -> None:
     """Passes every 30 s: a task that starts or stops between them is shown within a moment,
     told by containerd's event stream (`Events.Subscribe`, every namespace)."""
-    exp = Process(["-c", "30000", "--container-labels", "--container-runtime-socket",
-                   str(containerd.socket)], nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="2"))
-    exporters.append(exp)
-    await asyncio.to_thread(exp.wait_ready)
-    await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 1)
-    started = time.monotonic()
-    await asyncio.to_thread(containerd.run, "lab", "late", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"])
-    body = await until(exp, lambda b: temp(b, 0, "late"), within=5.0)
-    assert time.monotonic() - started < 5.0
-    assert (value(body, "gpu_enricher_runtime_events_total") or 0) >= 1
+    exp = await slow_passes(exporters, fake_nvml_path, containerd.socket)
+    await shown_at_once(
+        exp, lambda: containerd.run("lab", "late", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"]), "late")
     # As `nerdctl rename` does: its name label rewritten (/containers/update).
     await asyncio.to_thread(containerd.label, "lab", "late", "nerdctl/name=renamed")
     await until(exp, lambda b: temp(b, 0, "renamed") and not copied(b, "late"), within=5.0)

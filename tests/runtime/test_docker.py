@@ -11,7 +11,7 @@ import os
 import pwd
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -115,7 +115,14 @@ async def _named(exp: Exporter, dockerd: Dockerd, counted_pid: int, person_pid: 
     body = await until(exp, lambda b: not copied(b, "trainer"))
     assert temp(body, 1, "indexer")
 
-    await asyncio.to_thread(dockerd.stop)
+    await stopped_runtime_costs_its_labels(exp, dockerd.stop, dockerd.socket)
+
+
+async def stopped_runtime_costs_its_labels(exp: Exporter, stop: Callable[[], None],
+                                           socket: Path) -> None:
+    """The runtime stopped: the source is down and says why, `indexer`'s copies go after the
+    bound, /metrics keeps answering with every GPU, and the log says so once."""
+    await asyncio.to_thread(stop)
     body = await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 0)
     assert value(body, "gpu_enricher_collection_errors_total", source="containers",
                  reason="unavailable")
@@ -124,22 +131,34 @@ async def _named(exp: Exporter, dockerd: Dockerd, counted_pid: int, person_pid: 
     assert status == 200 and temp(body, 0) and temp(body, 1)
     code, err = exp.stop()
     assert code == 0, err
-    assert f"the container runtime at {dockerd.socket} cannot be asked" in err, err
+    assert f"the container runtime at {socket} cannot be asked" in err, err
 
 
 async def test_a_container_is_named_on_its_runtime_s_event_not_at_the_next_pass(
         exporters: list[Exporter], fake_nvml_path: Path, dockerd: Dockerd) -> None:
     """Passes every 30 s: a container that starts or stops between them is shown within a
     moment, told by the runtime's event stream (`GET /events`), not half a minute later."""
+    exp = await slow_passes(exporters, fake_nvml_path, dockerd.socket)
+    await shown_at_once(exp, lambda: dockerd.run("late", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"]),
+                        "late")
+    await asyncio.to_thread(dockerd.remove, "late")
+    await until(exp, lambda b: not copied(b, "late"), within=5.0)
+
+
+async def slow_passes(exporters: list[Exporter], fake_nvml_path: Path, socket: Path) -> Exporter:
+    """The exporter on two fake GPUs, passes every 30 s, once it has asked the runtime."""
     exp = Process(["-c", "30000", "--container-labels", "--container-runtime-socket",
-                   str(dockerd.socket)], nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="2"))
+                   str(socket)], nvml_env(fake_nvml_path, FAKE_NVML_GPU_COUNT="2"))
     exporters.append(exp)
     await asyncio.to_thread(exp.wait_ready)
     await until(exp, lambda b: value(b, SOURCE_UP, source="containers") == 1)
+    return exp
+
+
+async def shown_at_once(exp: Exporter, start: Callable[[], object], name: str) -> None:
+    """`start` runs a container given GPU 0: its copies show within 5 s, told by an event."""
     started = time.monotonic()
-    await asyncio.to_thread(dockerd.run, "late", [f"NVIDIA_VISIBLE_DEVICES={UUID0}"])
-    body = await until(exp, lambda b: temp(b, 0, "late"), within=5.0)
+    await asyncio.to_thread(start)
+    body = await until(exp, lambda b: temp(b, 0, name), within=5.0)
     assert time.monotonic() - started < 5.0
     assert (value(body, "gpu_enricher_runtime_events_total") or 0) >= 1
-    await asyncio.to_thread(dockerd.remove, "late")
-    await until(exp, lambda b: not copied(b, "late"), within=5.0)

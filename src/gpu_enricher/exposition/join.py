@@ -143,7 +143,7 @@ def occupant_copies(job: Pairs, occupants: Sequence[tuple[str, str]],
     copies = [job]
     for occupant in occupants:
         extra = pods.style.pairs(kept([occupant], pods.drop))
-        if extra:  # `--drop-labels container`: the copies would be the series again
+        if extra:  # a dropped occupant label: the copy would be the series again
             copies.append(sorted(job + extra))
     return copies
 

@@ -127,3 +127,10 @@ def header_block(reader: FrameReader, flags: int, payload: memoryview) -> bytes:
             raise ProtocolError("a header block cut by another frame")
         block += fragment
     return block
+
+
+def window_updates(increment: int, stream: int) -> bytes:
+    """WINDOW_UPDATE frames giving `increment` bytes back to the connection and to `stream`,
+    once a receiver has taken them (RFC 9113, section 6.9)."""
+    size = increment.to_bytes(4, "big")
+    return frame(WINDOW_UPDATE, 0, 0, size) + frame(WINDOW_UPDATE, 0, stream, size)

@@ -25,13 +25,12 @@ from .frames import (
     HEADERS,
     PUSH_PROMISE,
     RST_STREAM,
-    WINDOW_UPDATE,
     FrameReader,
     ProtocolError,
     acknowledge,
-    frame,
     header_block,
     unpadded,
+    window_updates,
 )
 from .statuses import from_reset, http2_error_name
 from .wire import MAX_HEADER_LIST, STREAM, named_failures, request_frames
@@ -102,9 +101,7 @@ class ServerStream:
                         self._end(pending, headers or {}, {})
                         return
                 if unacknowledged >= WINDOW // 2:
-                    increment = unacknowledged.to_bytes(4, "big")
-                    sock.sendall(frame(WINDOW_UPDATE, 0, 0, increment) +
-                                 frame(WINDOW_UPDATE, 0, STREAM, increment))
+                    sock.sendall(window_updates(unacknowledged, STREAM))
                     unacknowledged = 0
             elif kind == HEADERS:
                 end = bool(flags & END_STREAM)

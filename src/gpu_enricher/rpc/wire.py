@@ -41,7 +41,6 @@ from .frames import (
     MAX_HEADER_LIST_SIZE,
     PUSH_PROMISE,
     RST_STREAM,
-    WINDOW_UPDATE,
     ConnectionClosed,
     FrameReader,
     ProtocolError,
@@ -50,6 +49,7 @@ from .frames import (
     frame,
     header_block,
     unpadded,
+    window_updates,
 )
 from .statuses import CANCEL, from_reset, http2_error_name
 
@@ -184,9 +184,7 @@ class UnaryChannel:
                 elif stream == 0:
                     raise ProtocolError("DATA on stream 0")
                 if unacknowledged >= WINDOW // 2 and not answer.ended:
-                    increment = unacknowledged.to_bytes(4, "big")
-                    sock.sendall(frame(WINDOW_UPDATE, 0, 0, increment) +
-                                 frame(WINDOW_UPDATE, 0, STREAM, increment))
+                    sock.sendall(window_updates(unacknowledged, STREAM))
                     unacknowledged = 0
             elif kind == HEADERS:
                 ended = bool(flags & END_STREAM)

@@ -152,7 +152,7 @@ class ContainerdReader:
         reading = self._reading
         if fresh and reading is not None and not reading.done():
             # Begun before the event this read answers: let it end, then read again.
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(Exception):  # its failure is not this read's
                 await asyncio.wrap_future(reading)
             reading = None
         if reading is None or reading.cancelled():

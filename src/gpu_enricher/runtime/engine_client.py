@@ -2,7 +2,8 @@
 `GET /containers/<id>/json`, the `GET /events` stream), each answer at most 10 MiB
 (dcgm-exporter's bound). The fetch half; engine.py parses."""
 
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
 import aiohttp
@@ -49,14 +50,11 @@ class EngineClient:
                 connector=aiohttp.UnixConnector(path=self.socket_path), trust_env=False)
         return self._session
 
-    async def get(self, path: str) -> Any:
-        """The decoded JSON of one GET. Raises EngineUnavailable, EngineStatusError,
-        EngineAnswerError."""
+    @contextlib.contextmanager
+    def _failures(self, path: str) -> Iterator[None]:
+        """What asking can meet, as the RuntimeFailure the source counts."""
         try:
-            async with self._client().get(f"http://docker{path}") as response:
-                if response.status // 100 != 2:
-                    raise EngineStatusError(path, response.status)
-                body = await _read(response, path)
+            yield
         except PermissionError as exc:
             raise EngineUnavailable("permission", f"{self.socket_path}: {exc.strerror}") from None
         except aiohttp.ClientConnectorError as exc:
@@ -65,29 +63,30 @@ class EngineClient:
                                     ) from None
         except aiohttp.ClientError as exc:
             raise EngineUnavailable("unavailable", f"{self.socket_path}: {exc}") from None
+        except ValueError as exc:  # a streamed line over the stream reader's limit
+            raise EngineAnswerError(f"GET {path}: {exc}") from None
+
+    async def get(self, path: str) -> Any:
+        """The decoded JSON of one GET. Raises EngineUnavailable, EngineStatusError,
+        EngineAnswerError."""
+        with self._failures(path):
+            async with self._client().get(f"http://docker{path}") as response:
+                if response.status // 100 != 2:
+                    raise EngineStatusError(path, response.status)
+                body = await _read(response, path)
         return decode(body, path)
 
     async def lines(self, path: str, opened: Callable[[], None]) -> AsyncIterator[bytes]:
         """The lines of a streamed answer (`GET /events`) as they come (each within the
         stream reader's limit, 64 KiB), for as long as the runtime keeps the answer open;
         `opened` once its status says it is. Raises as `get`."""
-        try:
+        with self._failures(path):
             async with self._client().get(f"http://docker{path}", timeout=_STREAMING) as response:
                 if response.status // 100 != 2:
                     raise EngineStatusError(path, response.status)
                 opened()
                 while line := await response.content.readline():
                     yield line
-        except PermissionError as exc:
-            raise EngineUnavailable("permission", f"{self.socket_path}: {exc.strerror}") from None
-        except ValueError as exc:  # a line over the stream reader's limit
-            raise EngineAnswerError(f"GET {path}: {exc}") from None
-        except aiohttp.ClientConnectorError as exc:
-            reason = "permission" if isinstance(exc.os_error, PermissionError) else "unavailable"
-            raise EngineUnavailable(reason, f"{self.socket_path}: {exc.os_error.strerror or exc}"
-                                    ) from None
-        except aiohttp.ClientError as exc:
-            raise EngineUnavailable("unavailable", f"{self.socket_path}: {exc}") from None
 
     async def close(self) -> None:
         if self._session is not None:
